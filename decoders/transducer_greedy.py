@@ -1,0 +1,376 @@
+"""Batched greedy decoding for RNN-T and TDT: label-looping (with an optional WIND window) and frame-looping.
+
+- `LabelLoopingGreedy`: Bataev et al., 2024, "Label-Looping: Highly Efficient Decoding for Transducers",
+  Algorithm 3. The outer loop runs once per emitted label for the whole batch; the inner loop re-runs only the
+  joint, moving each utterance over its blank frames until it finds a label. The prediction network runs once
+  per label, batched over all utterances. With `window_size` W > 1 the inner search evaluates the joint on W
+  frames at once and jumps to the first label among them (WIND, "Windowed Non-blank Detection", Algorithm 2);
+  since the prediction output does not change over blank frames, the labels are exactly those of plain greedy.
+- `FrameLoopingGreedy`: the conventional batched baseline (label-looping paper, Algorithm 2): loop over frames,
+  and on each frame over labels, running the joint and the prediction network for the whole batch.
+
+Both follow NeMo's rules, so they give NeMo's `greedy_batch` tokens: blank is fed first; a blank moves
+`max(duration, 1)` frames (RNN-T: 1); a label stays on its frame (RNN-T) or moves `duration` frames (TDT, any
+duration set), even past the end; after `max_symbols` labels in a row on one frame, the frame moves on.
+
+Dims: B batch, T frames, D encoder features, H joint hidden, V labels with blank, N durations, W window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from decoders.hypotheses import BatchedHypotheses
+from decoders.protocols import PredictorState, TransducerModel
+
+
+@dataclass(frozen=True)
+class GreedyConfig:
+    max_symbols: int = 10  # labels per frame before the frame is forced on (NeMo's max_symbols)
+    window_size: int = 1  # WIND window W; 1 is plain label looping
+    use_cuda_graphs: bool = True  # replay CUDA graphs of the loop bodies when decoding on a GPU
+
+    def __post_init__(self) -> None:
+        if self.max_symbols < 1:
+            raise ValueError(f"max_symbols must be >= 1, got {self.max_symbols}")
+        if self.window_size < 1:
+            raise ValueError(f"window_size must be >= 1, got {self.window_size}")
+
+
+def check_encoder_inputs(encoder_output: Tensor, encoder_lengths: Tensor) -> None:
+    """The checks every decoder entry point makes, with messages that name the tensor."""
+    if encoder_output.dim() != 3:
+        raise ValueError(f"encoder_output must be [B, T, D], got {tuple(encoder_output.shape)}")
+    if encoder_lengths.dim() != 1 or encoder_lengths.shape[0] != encoder_output.shape[0]:
+        raise ValueError(
+            f"encoder_lengths must be [B] with B={encoder_output.shape[0]}, got {tuple(encoder_lengths.shape)}"
+        )
+    if encoder_lengths.dtype.is_floating_point or encoder_lengths.dtype == torch.bool:
+        raise ValueError(f"encoder_lengths must hold integers, got {encoder_lengths.dtype}")
+    if encoder_lengths.numel() > 0:
+        low, high = int(encoder_lengths.min()), int(encoder_lengths.max())
+        if low < 0 or high > encoder_output.shape[1]:
+            raise ValueError(
+                f"encoder_lengths must lie in [0, T={encoder_output.shape[1]}], got values in [{low}, {high}]"
+            )
+
+
+def _label_scores(logits: Tensor, num_labels: int) -> tuple[Tensor, Tensor]:
+    """logits [..., V (+N)] -> (log-probability of the best label, best label), both [...]."""
+    label_logits = logits[..., :num_labels]
+    best_logits, labels = label_logits.max(dim=-1)
+    return best_logits - torch.logsumexp(label_logits, dim=-1), labels
+
+
+class _LoopState:
+    """Every tensor the label-looping loop reads or writes, preallocated so CUDA graphs can replay over it.
+
+    All per-utterance vectors are [B]; `encoder_projected` is [B, T, H].
+    """
+
+    def __init__(self, model: TransducerModel, encoder_projected: Tensor, hypotheses_capacity: int) -> None:
+        batch_size, max_time, _ = encoder_projected.shape
+        device, dtype = encoder_projected.device, encoder_projected.dtype
+        long = dict(dtype=torch.long, device=device)
+        boolean = dict(dtype=torch.bool, device=device)
+        self.batch_size = batch_size
+        self.max_time = max_time
+        self.encoder_projected = encoder_projected
+        self.encoder_lengths = torch.zeros(batch_size, **long)
+        self.last_frames = torch.zeros(batch_size, **long)
+        self.batch_indices = torch.arange(batch_size, **long)
+        self.time = torch.zeros(batch_size, **long)
+        self.label_time = torch.zeros(batch_size, **long)  # frame at which `labels` were found
+        self.labels = torch.zeros(batch_size, **long)
+        self.label_scores = torch.zeros(batch_size, dtype=dtype, device=device)
+        self.label_durations = torch.zeros(batch_size, **long)
+        self.active = torch.zeros(batch_size, **boolean)
+        self.active_before = torch.zeros(batch_size, **boolean)
+        self.step_mask = torch.zeros(batch_size, **boolean)
+        self.advance = torch.zeros(batch_size, **boolean)
+        self.found = torch.zeros(batch_size, **boolean)
+        self.prediction = encoder_projected.new_zeros(batch_size, encoder_projected.shape[-1])  # projected
+        self.predictor_state = model.initial_state(batch_size, device, dtype)
+        self.hypotheses = BatchedHypotheses(batch_size, hypotheses_capacity, device, dtype,
+                                            with_durations=len(model.durations) > 0)
+
+
+class LabelLoopingGreedy:
+    """Label-looping greedy search for RNN-T and TDT, optionally with a WIND window (see module docstring)."""
+
+    def __init__(self, model: TransducerModel, config: GreedyConfig = GreedyConfig()) -> None:
+        self.model = model
+        self.config = config
+        self.num_labels = model.vocab_size + 1
+        self.is_tdt = len(model.durations) > 0
+        self._durations_cache: dict[torch.device, Tensor] = {}
+        self._graphs: _CudaGraphsRunner | None = None
+
+    # --- public face -----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def __call__(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
+        """encoder_output [B, T, D], encoder_lengths [B] -> the greedy hypothesis of each utterance."""
+        check_encoder_inputs(encoder_output, encoder_lengths)
+        encoder_lengths = encoder_lengths.to(device=encoder_output.device, dtype=torch.long)
+        if self.config.use_cuda_graphs and encoder_output.is_cuda and encoder_output.shape[0] > 0:
+            if self._graphs is None:
+                self._graphs = _CudaGraphsRunner(self)
+            return self._graphs(encoder_output, encoder_lengths)
+        return self._decode_eager(encoder_output, encoder_lengths)
+
+    # --- the loop, as step functions over a _LoopState ---------------------------------------------------
+    def _durations_on(self, device: torch.device) -> Tensor:
+        if device not in self._durations_cache:
+            self._durations_cache[device] = torch.tensor(self.model.durations, dtype=torch.long, device=device)
+        return self._durations_cache[device]
+
+    def _decode_eager(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
+        max_time = encoder_output.shape[1]
+        encoder_projected = self.model.project_encoder(encoder_output)
+        # one label per utterance per outer iteration: start small and grow between iterations (no sync)
+        state = _LoopState(self.model, encoder_projected, hypotheses_capacity=max_time + 1)
+        state.encoder_lengths.copy_(encoder_lengths)
+        self._start(state)
+        outer_iterations = 0
+        while bool(state.active.any()):
+            self._first_search(state)
+            while bool(state.advance.any()):
+                self._inner_search(state)
+            outer_iterations += 1
+            state.hypotheses.ensure_capacity_(outer_iterations)
+            self._after_search(state)
+        return state.hypotheses
+
+    def _start(self, state: _LoopState) -> None:
+        """Before the outer loop: feed the blank, reset time, masks and results."""
+        torch.clamp(state.encoder_lengths - 1, min=0, out=state.last_frames)
+        state.time.zero_()
+        torch.less(state.time, state.encoder_lengths, out=state.active)
+        state.labels.fill_(self.model.blank_id)
+        initial = self.model.initial_state(state.batch_size, state.prediction.device, state.prediction.dtype)
+        prediction, predictor_state = self.model.predict(state.labels, initial)
+        state.prediction.copy_(self.model.project_prediction(prediction))
+        for buffer, value in zip(state.predictor_state, predictor_state):
+            buffer.copy_(value)
+        state.hypotheses.reset_()
+
+    def _first_search(self, state: _LoopState) -> None:
+        state.active_before.copy_(state.active)
+        state.step_mask.copy_(state.active)
+        self._search(state)
+
+    def _inner_search(self, state: _LoopState) -> None:
+        state.step_mask.copy_(state.advance)
+        self._search(state)
+
+    def _search(self, state: _LoopState) -> None:
+        """For rows in step_mask: look for a label from `time` on (one frame, or a window of W frames).
+
+        Afterwards a row that found a label holds it in `labels` with `label_time`, and `time` has moved by
+        the label's duration; a row that found only blanks has moved past them (`labels` is blank) and is
+        marked in `advance` if it is still inside its utterance.
+        """
+        window = self.config.window_size
+        if window == 1:
+            frames = torch.minimum(state.time, state.last_frames)
+            logits = self.model.joint_after_projection(
+                state.encoder_projected[state.batch_indices, frames], state.prediction)  # [B, V (+N)]
+            scores, labels = _label_scores(logits, self.num_labels)
+            is_blank = labels == self.model.blank_id
+            if self.is_tdt:
+                durations = self._durations_on(logits.device)[logits[:, self.num_labels:].argmax(dim=-1)]
+                jumps = torch.where(is_blank, durations.clamp(min=1), durations)
+            else:
+                durations = None
+                jumps = is_blank.long()
+            offsets = torch.zeros_like(state.time)
+        else:
+            labels, scores, durations, offsets, jumps = self._search_window(state, window)
+
+        mask = state.step_mask
+        torch.where(mask, labels, state.labels, out=state.labels)
+        torch.where(mask, scores.to(state.label_scores.dtype), state.label_scores, out=state.label_scores)
+        if durations is not None:
+            torch.where(mask, durations, state.label_durations, out=state.label_durations)
+        torch.where(mask, state.time + offsets, state.label_time, out=state.label_time)
+        torch.where(mask, state.time + jumps, state.time, out=state.time)
+        torch.less(state.time, state.encoder_lengths, out=state.active)
+        torch.logical_and(state.active, state.labels == self.model.blank_id, out=state.advance)
+
+    def _search_window(self, state: _LoopState, window: int) -> tuple[Tensor, Tensor, Tensor | None, Tensor, Tensor]:
+        """WIND: the joint on frames time .. time+W-1 at once; follow blanks to the first label among them.
+
+        Returns labels, scores, durations (TDT), the offset of the label within the window, and how far
+        `time` moves (to after the label's duration, or past the blanks when the window holds no label).
+        """
+        offsets = torch.arange(window, device=state.time.device)
+        frames = state.time.unsqueeze(1) + offsets  # [B, W]
+        inside = frames < state.encoder_lengths.unsqueeze(1)
+        frames = torch.minimum(frames, state.last_frames.unsqueeze(1))
+        logits = self.model.joint_after_projection(
+            state.encoder_projected[state.batch_indices.unsqueeze(1), frames],  # [B, W, H]
+            state.prediction.unsqueeze(1),
+        )  # [B, W, V (+N)]
+        scores, labels = _label_scores(logits, self.num_labels)  # [B, W]
+        is_label = (labels != self.model.blank_id) & inside
+        if self.is_tdt:
+            durations = self._durations_on(logits.device)[logits[..., self.num_labels:].argmax(dim=-1)]  # [B, W]
+            # follow the chain of blanks, each moving max(duration, 1) frames, until a label or the window end
+            position = torch.zeros_like(state.time)
+            blank_jumps = durations.clamp(min=1)
+            for _ in range(window):
+                safe = position.clamp(max=window - 1).unsqueeze(1)
+                moving = (position < window) & ~is_label.gather(1, safe).squeeze(1) & inside.gather(1, safe).squeeze(1)
+                position = position + torch.where(moving, blank_jumps.gather(1, safe).squeeze(1), 0)
+            safe = position.clamp(max=window - 1).unsqueeze(1)
+            found = (position < window) & is_label.gather(1, safe).squeeze(1)
+            label_durations = durations.gather(1, safe).squeeze(1)
+        else:
+            found = is_label.any(dim=1)
+            position = torch.where(found, is_label.int().argmax(dim=1), window)  # argmax: the first label
+            safe = position.clamp(max=window - 1).unsqueeze(1)
+            label_durations = None
+        labels = torch.where(found, labels.gather(1, safe).squeeze(1), self.model.blank_id)
+        scores = scores.gather(1, safe).squeeze(1)
+        jumps = position + label_durations * found if label_durations is not None else position
+        return labels, scores, label_durations, position, jumps
+
+    def _after_search(self, state: _LoopState) -> None:
+        """Store found labels, run the prediction network once for the batch, apply max_symbols."""
+        torch.logical_and(state.active_before, state.labels != self.model.blank_id, out=state.found)
+        state.hypotheses.append_(state.found, state.labels, state.label_time, state.label_scores,
+                                 state.label_durations if self.is_tdt else None)
+        prediction, predictor_state = self.model.predict(state.labels, state.predictor_state)
+        torch.where(state.found.unsqueeze(1), self.model.project_prediction(prediction), state.prediction,
+                    out=state.prediction)
+        self.model.replace_states_(state.predictor_state, predictor_state, state.found)
+        # after max_symbols labels in a row on the current frame, move one frame on
+        hypotheses = state.hypotheses
+        forced = state.found & state.active & (hypotheses.last_frame == state.time)
+        forced &= hypotheses.last_frame_count >= self.config.max_symbols
+        state.time += forced
+        torch.less(state.time, state.encoder_lengths, out=state.active)
+
+
+class _CudaGraphsRunner:
+    """Replays CUDA graphs of the label-looping loop bodies (NeMo's "no_while_loops" mode).
+
+    Four graphs (start, first search, inner search, after search) are captured once over a preallocated
+    `_LoopState` sized for the largest batch seen; the two loop conditions are read on the host. Hypotheses
+    are preallocated at the bound frames x max_symbols, since buffers cannot grow inside a graph.
+    """
+
+    def __init__(self, decoder: LabelLoopingGreedy) -> None:
+        self.decoder = decoder
+        self.state: _LoopState | None = None
+        self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
+
+    def _capture(self, encoder_projected: Tensor, batch_size: int, max_time: int) -> None:
+        decoder = self.decoder
+        device = encoder_projected.device
+        max_time = max(64, ((max_time + 63) // 64) * 64)  # round up so nearby lengths reuse the graphs
+        buffer = encoder_projected.new_zeros(batch_size, max_time, encoder_projected.shape[-1])
+        self.state = _LoopState(decoder.model, buffer, hypotheses_capacity=max_time * decoder.config.max_symbols)
+        steps = {
+            "start": lambda: decoder._start(self.state),
+            "first": lambda: decoder._first_search(self.state),
+            "inner": lambda: decoder._inner_search(self.state),
+            "after": lambda: decoder._after_search(self.state),
+        }
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for step in steps.values():  # warm up kernels and allocator outside capture
+                step()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        self.graphs = {}
+        for name, step in steps.items():
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                step()
+            self.graphs[name] = graph
+
+    def __call__(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
+        batch_size, max_time, _ = encoder_output.shape
+        encoder_projected = self.decoder.model.project_encoder(encoder_output)
+        state = self.state
+        if (state is None or state.batch_size < batch_size or state.max_time < max_time
+                or state.encoder_projected.device != encoder_projected.device
+                or state.encoder_projected.dtype != encoder_projected.dtype):
+            self._capture(encoder_projected, batch_size, max_time)
+            state = self.state
+        state.encoder_projected[:batch_size, :max_time].copy_(encoder_projected)
+        state.encoder_lengths.zero_()  # rows past the batch stay empty
+        state.encoder_lengths[:batch_size].copy_(encoder_lengths)
+        self.graphs["start"].replay()
+        while bool(state.active.any()):
+            self.graphs["first"].replay()
+            while bool(state.advance.any()):
+                self.graphs["inner"].replay()
+            self.graphs["after"].replay()
+        return state.hypotheses.select(batch_size)
+
+
+class FrameLoopingGreedy:
+    """Frame-looping batched greedy search for RNN-T and TDT (label-looping paper, Algorithm 2): the baseline.
+
+    For each frame t, utterances whose current frame is t look for labels, one joint and one prediction
+    step for the whole batch per label, until every such utterance has left the frame.
+    """
+
+    def __init__(self, model: TransducerModel, config: GreedyConfig = GreedyConfig()) -> None:
+        if config.window_size != 1:
+            raise ValueError("FrameLoopingGreedy has no window; use LabelLoopingGreedy for WIND")
+        self.model = model
+        self.config = config
+        self.num_labels = model.vocab_size + 1
+        self.is_tdt = len(model.durations) > 0
+
+    @torch.no_grad()
+    def __call__(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
+        """encoder_output [B, T, D], encoder_lengths [B] -> the greedy hypothesis of each utterance."""
+        check_encoder_inputs(encoder_output, encoder_lengths)
+        model = self.model
+        device = encoder_output.device
+        batch_size, max_time, _ = encoder_output.shape
+        encoder_lengths = encoder_lengths.to(device=device, dtype=torch.long)
+        encoder_projected = model.project_encoder(encoder_output)
+        hypotheses = BatchedHypotheses(batch_size, max_time + 1, device, encoder_projected.dtype,
+                                       with_durations=self.is_tdt)
+        durations_table = torch.tensor(model.durations, dtype=torch.long, device=device) if self.is_tdt else None
+
+        labels = torch.full((batch_size,), model.blank_id, dtype=torch.long, device=device)
+        state: PredictorState = model.initial_state(batch_size, device, encoder_projected.dtype)
+        prediction, state = model.predict(labels, state)
+        prediction = model.project_prediction(prediction)
+        time = torch.zeros(batch_size, dtype=torch.long, device=device)
+        emitted = 0
+        for t in range(max_time):
+            on_frame = (time == t) & (encoder_lengths > t)
+            for symbol in range(self.config.max_symbols):
+                if not bool(on_frame.any()):
+                    break
+                logits = model.joint_after_projection(encoder_projected[:, t], prediction)  # [B, V (+N)]
+                scores, labels = _label_scores(logits, self.num_labels)
+                is_blank = labels == model.blank_id
+                if self.is_tdt:
+                    durations = durations_table[logits[:, self.num_labels:].argmax(dim=-1)]
+                else:
+                    durations = torch.zeros_like(labels)
+                emit = on_frame & ~is_blank
+                emitted += 1
+                hypotheses.ensure_capacity_(emitted)
+                hypotheses.append_(emit, labels, torch.full_like(labels, t), scores,
+                                   durations if self.is_tdt else None)
+                new_prediction, new_state = model.predict(labels, state)
+                prediction = torch.where(emit.unsqueeze(1), model.project_prediction(new_prediction), prediction)
+                model.replace_states_(state, new_state, emit)
+                jumps = torch.where(is_blank, durations.clamp(min=1), durations)
+                time = torch.where(on_frame, time + jumps, time)
+                on_frame = on_frame & (jumps == 0)
+                if symbol == self.config.max_symbols - 1:
+                    time = time + on_frame  # max_symbols reached: move one frame on
+        return hypotheses
