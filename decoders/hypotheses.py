@@ -53,6 +53,8 @@ class BatchedHypotheses:
         self.last_frame = torch.full((batch_size,), -1, dtype=torch.long, device=device)
         self.last_frame_count = torch.zeros(batch_size, dtype=torch.long, device=device)
         self._batch_indices = torch.arange(batch_size, device=device)
+        # beam search on request: the N best of each utterance, rows b*N .. b*N+N-1, best first
+        self.nbest: BatchedHypotheses | None = None
 
     @property
     def capacity(self) -> int:
@@ -129,6 +131,7 @@ class BatchedHypotheses:
         out.last_frame = self.last_frame[:batch_size].clone()
         out.last_frame_count = self.last_frame_count[:batch_size].clone()
         out._batch_indices = self._batch_indices[:batch_size]
+        out.nbest = self.nbest
         return out
 
     def to_list(self) -> list[Hypothesis]:
@@ -149,3 +152,206 @@ class BatchedHypotheses:
             )
             for b, n in enumerate(lengths)
         ]
+
+
+# Rolling hash of the non-blank labels (the PCG multiplier; int64 arithmetic wraps around, as in NeMo).
+HASH_MULTIPLIER = 6364136223846793005
+NO_LABEL = -1  # a column that does not extend its hypothesis (a finished one carried over), or no last label
+
+
+def extend_hashes(hashes: Tensor, labels: Tensor) -> Tensor:
+    """The hash of each sequence after appending `labels` (same shape): h' = h * M + 1 + label, mod 2**64."""
+    return hashes * HASH_MULTIPLIER + 1 + labels
+
+
+class BeamTree:
+    """B utterances x K hypotheses of transducer beam search, kept as a tree with parent pointers.
+
+    Every search step appends one column to [B, K, L] buffers: for each new hypothesis k its parent's beam
+    index, its label (a label, blank, or `NO_LABEL` for a hypothesis carried over unchanged), the frame it
+    was emitted on, its TDT duration and its score increment. Prefixes are never copied: a hypothesis is
+    read back by walking the parent pointers from the last column (`to_hypotheses`).
+
+    Per hypothesis [B, K]: `scores` (log-probabilities, -inf = no hypothesis), `hashes` (rolling hash of the
+    non-blank labels), `prefix_hashes` (the hash before the last label, for AES prefix search),
+    `non_blank_lengths`, `last_labels` (last non-blank label, `NO_LABEL` if none), `next_frames` (the frame
+    the hypothesis reads next) and `frame_counts` (labels emitted in a row on the current frame, for
+    max_symbols). Dims: B batch, K beam, L steps (capacity).
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        beam_size: int,
+        blank_id: int,
+        capacity: int = 64,
+        device: torch.device | str = "cpu",
+        float_dtype: torch.dtype = torch.float32,
+        with_durations: bool = False,
+    ) -> None:
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+        capacity = max(int(capacity), 1)
+        self.batch_size = batch_size
+        self.beam_size = beam_size
+        self.blank_id = blank_id
+        self.with_durations = with_durations
+        self.length = 0  # columns written (the same for every hypothesis)
+        shape = (batch_size, beam_size, capacity)
+        long = dict(dtype=torch.long, device=device)
+        self.labels = torch.full(shape, NO_LABEL, **long)
+        self.parents = torch.zeros(shape, **long)
+        self.frame_indices = torch.zeros(shape, **long)
+        self.durations = torch.zeros(shape, **long)
+        self.step_scores = torch.zeros(shape, dtype=float_dtype, device=device)
+        beams = (batch_size, beam_size)
+        self.scores = torch.full(beams, float("-inf"), dtype=float_dtype, device=device)
+        self.scores[:, 0] = 0.0  # one empty hypothesis per utterance to start from
+        self.hashes = torch.zeros(beams, **long)
+        self.prefix_hashes = torch.zeros(beams, **long)
+        self.non_blank_lengths = torch.zeros(beams, **long)
+        self.last_labels = torch.full(beams, NO_LABEL, **long)
+        self.next_frames = torch.zeros(beams, **long)
+        self.frame_counts = torch.zeros(beams, **long)
+        self._rows = torch.arange(batch_size, device=device).unsqueeze(1)  # [B, 1]
+        self._beam_range = torch.arange(beam_size, device=device)
+
+    @property
+    def capacity(self) -> int:
+        return self.labels.shape[2]
+
+    @property
+    def device(self) -> torch.device:
+        return self.labels.device
+
+    def ensure_capacity_(self, capacity: int) -> None:
+        """Grow the [B, K, L] buffers to at least `capacity` columns (doubling, amortized)."""
+        if capacity <= self.capacity:
+            return
+        extra = max(capacity, 2 * self.capacity) - self.capacity
+
+        def grow(buffer: Tensor, fill) -> Tensor:
+            return torch.cat([buffer, buffer.new_full((self.batch_size, self.beam_size, extra), fill)], dim=2)
+
+        self.labels = grow(self.labels, NO_LABEL)
+        self.parents = grow(self.parents, 0)
+        self.frame_indices = grow(self.frame_indices, 0)
+        self.durations = grow(self.durations, 0)
+        self.step_scores = grow(self.step_scores, 0.0)
+
+    def gather(self, values: Tensor, parents: Tensor) -> Tensor:
+        """values [B, K, ...] of the current hypotheses -> those of each new hypothesis's parent [B, K, ...]."""
+        return values[self._rows, parents]
+
+    def append_(
+        self,
+        parents: Tensor,
+        labels: Tensor,
+        scores: Tensor,
+        frames: Tensor,
+        next_frames: Tensor,
+        durations: Tensor | None = None,
+    ) -> None:
+        """Replace the K hypotheses of each utterance by K new ones, all [B, K]: new hypothesis k extends
+        hypothesis `parents[b, k]` by `labels[b, k]` (blank, a label, or NO_LABEL to carry it over unchanged),
+        emitted on `frames` and reading `next_frames` next, with total `scores`."""
+        self.ensure_capacity_(self.length + 1)
+        column = self.length
+        is_carried = labels < 0
+        is_label = ~is_carried & (labels != self.blank_id)
+        parent_hashes = self.gather(self.hashes, parents)
+        parent_next_frames = self.gather(self.next_frames, parents)
+        parent_counts = self.gather(self.frame_counts, parents)
+        parent_scores = self.gather(self.scores, parents)
+
+        self.labels[..., column] = labels
+        self.parents[..., column] = parents
+        self.frame_indices[..., column] = frames
+        self.durations[..., column] = durations if durations is not None else 0
+        self.step_scores[..., column] = torch.where(is_carried, 0.0, scores - parent_scores)
+        self.length += 1
+
+        self.prefix_hashes = torch.where(is_label, parent_hashes, self.gather(self.prefix_hashes, parents))
+        self.hashes = torch.where(is_label, extend_hashes(parent_hashes, labels), parent_hashes)
+        self.non_blank_lengths = self.gather(self.non_blank_lengths, parents) + is_label
+        self.last_labels = torch.where(is_label, labels, self.gather(self.last_labels, parents))
+        # labels in a row on one frame: a label that stays on its frame counts one more if the frame is the
+        # one its parent was on; anything that moves on starts the count again
+        stays = is_label & (next_frames == frames)
+        same_frame = frames == parent_next_frames
+        self.frame_counts = torch.where(
+            is_carried, parent_counts, torch.where(stays, torch.where(same_frame, parent_counts, 0) + 1, 0))
+        self.next_frames = torch.where(is_carried, parent_next_frames, next_frames)
+        self.scores = scores.to(self.scores.dtype)
+
+    def recombine_(self, match_frames: bool) -> None:
+        """Merge identical hypotheses: same hash, last label and non-blank length (and, with `match_frames`,
+        next frame, for TDT and WIND). The best-scoring one of each group keeps the log-sum-exp of their
+        scores and its own path; the others get -inf. Tensor sizes do not change."""
+        if self.beam_size == 1:
+            return
+        same = (self.hashes.unsqueeze(2) == self.hashes.unsqueeze(1)) \
+            & (self.last_labels.unsqueeze(2) == self.last_labels.unsqueeze(1)) \
+            & (self.non_blank_lengths.unsqueeze(2) == self.non_blank_lengths.unsqueeze(1))  # [B, K, K]
+        if match_frames:
+            same &= self.next_frames.unsqueeze(2) == self.next_frames.unsqueeze(1)
+        group_scores = torch.where(same, self.scores.unsqueeze(1), float("-inf"))  # row k: scores of k's group
+        keep = group_scores.argmax(dim=2) == self._beam_range  # the first best of each group keeps it
+        self.scores = torch.where(keep, torch.logsumexp(group_scores, dim=2), float("-inf"))
+
+    def ranking(self, length_normalization: bool = True) -> Tensor:
+        """[B, K] beam indices, best first, by score / (non_blank_length + 1) (NeMo) or by raw score."""
+        scores = self.scores
+        if length_normalization:
+            scores = scores / (self.non_blank_lengths + 1).to(scores.dtype)
+        return torch.sort(scores, dim=1, descending=True, stable=True).indices
+
+    def to_hypotheses(self, beams: Tensor) -> BatchedHypotheses:
+        """beams [B, N] beam indices -> BatchedHypotheses of B*N rows (row b*N + n is beams[b, n]).
+
+        Walks the parent pointers back from the last column; blanks and carried columns are dropped."""
+        batch_size, count = beams.shape
+        length = self.length
+        pointers = beams
+        path_labels = self.labels.new_full((batch_size, count, length), NO_LABEL)
+        path_frames = torch.zeros_like(path_labels)
+        path_durations = torch.zeros_like(path_labels)
+        path_scores = self.step_scores.new_zeros((batch_size, count, length))
+        for column in range(length - 1, -1, -1):
+            path_labels[..., column] = self.labels[self._rows, pointers, column]
+            path_frames[..., column] = self.frame_indices[self._rows, pointers, column]
+            path_durations[..., column] = self.durations[self._rows, pointers, column]
+            path_scores[..., column] = self.step_scores[self._rows, pointers, column]
+            pointers = self.parents[self._rows, pointers, column]
+        rows = batch_size * count
+        is_token = ((path_labels >= 0) & (path_labels != self.blank_id)).view(rows, length)
+        token_lengths = is_token.sum(dim=1)
+        capacity = int(token_lengths.max()) if rows > 0 and length > 0 else 0
+        # each token's place in its row; non-tokens go to a spare last column that is cut off
+        places = torch.where(is_token, is_token.cumsum(dim=1) - 1, capacity)
+        out = BatchedHypotheses(rows, capacity + 1, self.device, self.scores.dtype, self.with_durations)
+
+        def compact(buffer: Tensor, values: Tensor) -> Tensor:
+            buffer.scatter_(1, places, values.view(rows, length).to(buffer.dtype))
+            return buffer[:, :capacity].clone()
+
+        out.tokens = compact(out.tokens, path_labels)
+        out.frame_indices = compact(out.frame_indices, path_frames)
+        out.token_scores = compact(out.token_scores, path_scores)
+        if self.with_durations:
+            out.durations = compact(out.durations, path_durations)
+        out.token_lengths = token_lengths
+        out.scores = self.scores[self._rows, beams].reshape(rows).clone()
+        if capacity > 0:
+            last_frames = out.frame_indices.gather(1, (token_lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+            out.last_frame = torch.where(token_lengths > 0, last_frames, -1)
+        return out
+
+    def best(self, length_normalization: bool = True, with_nbest: bool = False) -> BatchedHypotheses:
+        """The best hypothesis of each utterance; with `with_nbest`, also all K, best first, in `.nbest`
+        (hypotheses that do not exist have score -inf and no tokens)."""
+        order = self.ranking(length_normalization)
+        best = self.to_hypotheses(order[:, :1])
+        if with_nbest:
+            best.nbest = self.to_hypotheses(order)
+        return best

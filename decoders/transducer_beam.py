@@ -1,0 +1,375 @@
+"""Batched beam search for RNN-T and TDT: ALSD++ and AES++, with n-gram LM shallow fusion.
+
+- `AlsdBeamSearch`: alignment-length synchronous decoding (Saon et al., 2020) in the batched form of ALSD++
+  (Grigoryan et al., 2025, "Pushing the Limits of Beam Search Decoding for Transducer-based ASR Models"):
+  every step extends each of the K hypotheses of all B utterances by one label or blank at once, keeps the
+  K best of the K x K candidates per utterance, and merges identical hypotheses. RNN-T and TDT, any duration
+  set: TDT candidates are (label, duration) pairs scored by the sum of both log-probabilities.
+- `AesBeamSearch`: modified adaptive expansion search (Kim et al., 2021) in the batched form of AES++
+  (same paper): frame-synchronous, with prefix search at each frame, at most `expansion_steps` label
+  expansions per frame, `expansion_beta` extra candidates per hypothesis and pruning by value
+  (`expansion_gamma`). RNN-T only for now.
+- WIND beam search is not here yet (issue 5): a first design, where each hypothesis jumps over blank frames
+  on its own, let hypotheses that lag behind in time push finished ones out of the beam.
+
+The hypotheses live in a `BeamTree` (labels with parent pointers, rolling hashes); the result is the best
+hypothesis per utterance by `score / (non_blank_length + 1)` (NeMo's choice) or by raw score.
+
+Conventions shared with NeMo's `malsd_batch` / `maes_batch`: blank is the last label and is fed first; a
+blank moves `max(duration, 1)` frames (RNN-T: 1); after `max_symbols_per_frame` labels in a row on one frame
+the only candidate is blank; finished hypotheses stay in the beam with their score. Where NeMo 3.0 has a
+known quirk this module does the intended thing instead: TDT uses the duration values (not their indices);
+a forced blank is scored like any other blank (with LM blank weighting); AES early pruning with weighted
+blank scoring adds the label score once; the label that ends an AES expansion is tracked per hypothesis.
+
+LM fusion (`lm_weight` = alpha, an LM over the non-blank labels, natural-log scores):
+- `blank_lm_scoring="none"` (ALSD++ eq. 2): blank keeps its log-probability; label y gets
+  `log p(y) + alpha * lm(y)`.
+- `blank_lm_scoring="weighted"` (eq. 3, NeMo's `lm_weighted_full`): blank gets `(1 + alpha) * log p(blank)`;
+  label y gets `log p(y) + alpha * log(1 - p(blank)) + alpha * lm(y)`, with p(blank) clamped at 1 - 1e-2.
+- `pruning="early"`: candidates are the top-k by the model's log-probabilities, then scored with the LM;
+  `pruning="late"`: the fused scores of the whole vocabulary are ranked.
+There is no end-of-sentence LM score (as in NeMo's transducer beam search).
+
+Dims: B batch, T frames, D encoder features, H joint hidden, V labels with blank, N durations, K beam,
+E candidates per hypothesis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from decoders.hypotheses import NO_LABEL, BatchedHypotheses, BeamTree, extend_hashes
+from decoders.protocols import LanguageModel, PredictorState, TransducerModel
+from decoders.transducer_greedy import check_encoder_inputs
+
+BLANK_PROBABILITY_CLAMP = 1e-2  # p(blank) <= 1 - this in weighted blank scoring (NeMo's value for bf16)
+NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class BeamSearchConfig:
+    beam_size: int = 4
+    max_symbols_per_frame: int = 10  # ALSD: labels in a row on one frame before blank is forced
+    lm_weight: float = 0.0  # alpha; used only when a language model is given
+    blank_lm_scoring: Literal["none", "weighted"] = "weighted"
+    pruning: Literal["early", "late"] = "late"
+    length_normalization: bool = True  # choose by score / (non_blank_length + 1), as NeMo; else raw score
+    return_nbest: bool = False  # also return all K hypotheses per utterance, best first, in `.nbest`
+    expansion_steps: int = 2  # AES: label expansions per frame (NeMo's maes_num_steps)
+    expansion_beta: int = 2  # AES: candidates per hypothesis beyond beam_size (maes_expansion_beta)
+    expansion_gamma: float = 2.3  # AES: prune candidates this far below a hypothesis's best (maes_expansion_gamma)
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+        if self.max_symbols_per_frame < 1:
+            raise ValueError(f"max_symbols_per_frame must be >= 1, got {self.max_symbols_per_frame}")
+        if self.blank_lm_scoring not in ("none", "weighted"):
+            raise ValueError(f"blank_lm_scoring must be 'none' or 'weighted', got {self.blank_lm_scoring!r}")
+        if self.pruning not in ("early", "late"):
+            raise ValueError(f"pruning must be 'early' or 'late', got {self.pruning!r}")
+        if self.expansion_steps < 1:
+            raise ValueError(f"expansion_steps must be >= 1, got {self.expansion_steps}")
+        if self.expansion_beta < 0:
+            raise ValueError(f"expansion_beta must be >= 0, got {self.expansion_beta}")
+
+
+class _BeamState:
+    """Everything the search reads and writes: the tree, and per hypothesis [B*K] the prediction network's
+    projected output and state and the LM state with its scores for every next label."""
+
+    def __init__(self, decoder: _TransducerBeamSearch, encoder_output: Tensor, encoder_lengths: Tensor) -> None:
+        model, beam_size = decoder.model, decoder.config.beam_size
+        batch_size, max_time, _ = encoder_output.shape
+        device = encoder_output.device
+        self.batch_size, self.beam_size, self.max_time = batch_size, beam_size, max_time
+        self.encoder_projected = model.project_encoder(encoder_output)  # [B, T, H]
+        dtype = self.encoder_projected.dtype
+        self.encoder_lengths = encoder_lengths.unsqueeze(1)  # [B, 1]
+        self.last_frames = (encoder_lengths - 1).clamp(min=0).unsqueeze(1)  # [B, 1]
+        self.rows = torch.arange(batch_size, device=device).unsqueeze(1)  # [B, 1]
+        self.tree = BeamTree(batch_size, beam_size, model.blank_id, capacity=2 * max_time + 8, device=device,
+                             float_dtype=dtype, with_durations=decoder.is_tdt)
+        hypotheses = batch_size * beam_size
+        labels = torch.full((hypotheses,), model.blank_id, dtype=torch.long, device=device)
+        prediction, self.predictor_state = model.predict(labels, model.initial_state(hypotheses, device, dtype))
+        self.prediction = model.project_prediction(prediction)  # [B*K, H]
+        self.lm_states = self.lm_scores = self.lm_next_states = None
+        if decoder.lm is not None:
+            self.lm_states = decoder.lm.initial_states(hypotheses).to(device)
+            self.lm_scores, self.lm_next_states = decoder.lm.advance(self.lm_states)  # [B*K, V-1] each
+
+    def beam_view(self, flat: Tensor) -> Tensor:
+        """[B*K, ...] -> [B, K, ...]."""
+        return flat.view(self.batch_size, self.beam_size, *flat.shape[1:])
+
+
+class _TransducerBeamSearch:
+    """What the three searches share: checks, LM fusion, reordering the prediction network and LM states."""
+
+    supports_tdt = True
+
+    def __init__(self, model: TransducerModel, config: BeamSearchConfig, lm: LanguageModel | None = None) -> None:
+        if model.blank_id != model.vocab_size:
+            raise ValueError(f"beam search needs blank last (blank_id == vocab_size), got blank_id={model.blank_id}"
+                             f" with vocab_size={model.vocab_size}")
+        if lm is not None and lm.vocab_size != model.vocab_size:
+            raise ValueError(f"lm.vocab_size must equal the model's vocab_size {model.vocab_size}, got {lm.vocab_size}")
+        self.is_tdt = len(model.durations) > 0
+        if self.is_tdt and not self.supports_tdt:
+            raise ValueError(f"{type(self).__name__} supports RNN-T only, got a TDT model")
+        self.model = model
+        self.config = config
+        self.lm = lm
+        self.num_labels = model.vocab_size + 1
+        self._durations_cache: dict[torch.device, Tensor] = {}
+
+    @torch.no_grad()
+    def __call__(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
+        """encoder_output [B, T, D], encoder_lengths [B] -> the best hypothesis per utterance (all K in `.nbest`
+        when the config asks for them). `scores` are the raw (fused) log-probabilities, not normalized."""
+        check_encoder_inputs(encoder_output, encoder_lengths)
+        encoder_lengths = encoder_lengths.to(device=encoder_output.device, dtype=torch.long)
+        state = _BeamState(self, encoder_output, encoder_lengths)
+        if encoder_output.shape[0] > 0:
+            self._search(state)
+        return state.tree.best(self.config.length_normalization, with_nbest=self.config.return_nbest)
+
+    def _search(self, state: _BeamState) -> None:
+        raise NotImplementedError
+
+    # --- pieces ----------------------------------------------------------------------------------------
+    def _durations_on(self, device: torch.device) -> Tensor:
+        if device not in self._durations_cache:
+            self._durations_cache[device] = torch.tensor(self.model.durations, dtype=torch.long, device=device)
+        return self._durations_cache[device]
+
+    def _joint(self, state: _BeamState, frames: Tensor, prediction: Tensor) -> Tensor:
+        """frames [B, K, ...] (clamped inside each utterance), prediction [B, K, 1..., H] -> logits."""
+        frames = torch.minimum(frames, state.last_frames.view(-1, *([1] * (frames.dim() - 1))))
+        rows = state.rows.view(-1, *([1] * (frames.dim() - 1)))
+        return self.model.joint_after_projection(state.encoder_projected[rows, frames], prediction)
+
+    def _fuse(self, log_probs: Tensor, lm_scores: Tensor | None) -> Tensor:
+        """log_probs [..., V] of the model, lm_scores [..., V-1] (unweighted) -> fused scores [..., V]."""
+        if self.lm is None:
+            return log_probs
+        alpha = self.config.lm_weight
+        blank = log_probs[..., -1:]
+        labels = log_probs[..., :-1] + alpha * lm_scores.to(log_probs.dtype)
+        if self.config.blank_lm_scoring == "weighted":
+            p_blank = blank.exp().clamp(max=1.0 - BLANK_PROBABILITY_CLAMP)
+            labels = labels + alpha * torch.log1p(-p_blank)
+            blank = blank * (1.0 + alpha)
+        return torch.cat([labels, blank], dim=-1)
+
+    def _label_scores(self, state: _BeamState, logits: Tensor) -> tuple[Tensor, Tensor]:
+        """logits [B, K, ..., V (+N)] -> (model log-probabilities, fused scores), both [B, K, ..., V]."""
+        log_probs = torch.log_softmax(logits[..., :self.num_labels], dim=-1)
+        lm_scores = None
+        if self.lm is not None:
+            lm_scores = state.beam_view(state.lm_scores)
+            lm_scores = lm_scores.view(*lm_scores.shape[:2], *([1] * (log_probs.dim() - 3)), lm_scores.shape[-1])
+        return log_probs, self._fuse(log_probs, lm_scores)
+
+    def _advance_(self, state: _BeamState, parents: Tensor, labels: Tensor) -> None:
+        """After `tree.append_(parents, labels, ...)`: each new hypothesis takes its parent's prediction and LM
+        state, advanced by its label where it has one (blank and carried hypotheses keep them)."""
+        model = self.model
+        flat_parents = (state.rows * state.beam_size + parents).view(-1)
+        is_label = ((labels >= 0) & (labels != model.blank_id)).view(-1)
+        prediction = state.prediction.index_select(0, flat_parents)
+        predictor_state: PredictorState = model.select_states(state.predictor_state, flat_parents)
+        output, next_state = model.predict(torch.where(is_label, labels.view(-1), model.blank_id), predictor_state)
+        state.prediction = torch.where(is_label.unsqueeze(1), model.project_prediction(output), prediction)
+        model.replace_states_(predictor_state, next_state, is_label)
+        state.predictor_state = predictor_state
+        if self.lm is not None:
+            lm_states = state.lm_states.index_select(0, flat_parents)
+            next_states = state.lm_next_states.index_select(0, flat_parents)
+            safe_labels = torch.where(is_label, labels.view(-1), 0).unsqueeze(1)
+            state.lm_states = torch.where(is_label, next_states.gather(1, safe_labels).squeeze(1), lm_states)
+            state.lm_scores, state.lm_next_states = self.lm.advance(state.lm_states)
+
+    def _append_(self, state: _BeamState, parents: Tensor, labels: Tensor, scores: Tensor, frames: Tensor,
+                 next_frames: Tensor, durations: Tensor | None = None) -> None:
+        """Append a column and advance the states. A finished hypothesis reads frame T next, even after a
+        TDT label that jumps past the end, so finished copies of one transcript always merge."""
+        next_frames = torch.minimum(next_frames, state.encoder_lengths)
+        state.tree.append_(parents, labels, scores, frames, next_frames, durations)
+        self._advance_(state, parents, labels)
+
+    def _active(self, state: _BeamState) -> Tensor:
+        """[B, K]: hypotheses that exist and have frames left."""
+        tree = state.tree
+        return (tree.next_frames < state.encoder_lengths) & (tree.scores > NEG_INF)
+
+
+def _top(values: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Top min(k, size) along the last dimension, sorted."""
+    return values.topk(min(k, values.shape[-1]), dim=-1, largest=True, sorted=True)
+
+
+class AlsdBeamSearch(_TransducerBeamSearch):
+    """Alignment-length synchronous beam search over a tree of hypotheses (ALSD++), RNN-T and TDT."""
+
+    def _search(self, state: _BeamState) -> None:
+        while bool(self._active(state).any()):
+            self._step(state)
+
+    def _candidates(self, state: _BeamState, log_probs: Tensor, fused: Tensor,
+                    duration_log_probs: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Per hypothesis its top candidates: (score increments, labels, duration indices), [B, K, E]."""
+        beam_size = self.config.beam_size
+        early = self.config.pruning == "early"
+        if duration_log_probs is None:
+            if early:
+                _, labels = _top(log_probs, beam_size)
+                return fused.gather(-1, labels), labels, None
+            steps, labels = _top(fused, beam_size)
+            return steps, labels, None
+        if early:  # the model's top labels first, then their (label, duration) pairs
+            _, labels = _top(log_probs, beam_size)
+            label_scores = fused.gather(-1, labels)
+        else:
+            labels = None
+            label_scores = fused
+        num_durations = duration_log_probs.shape[-1]
+        pairs = label_scores.unsqueeze(-1) + duration_log_probs.unsqueeze(-2)  # [B, K, V or E, N]
+        steps, pair_indices = _top(pairs.flatten(-2), beam_size)
+        label_indices = torch.div(pair_indices, num_durations, rounding_mode="floor")
+        labels = labels.gather(-1, label_indices) if labels is not None else label_indices
+        return steps, labels, pair_indices % num_durations
+
+    def _step(self, state: _BeamState) -> None:
+        tree, model, beam_size = state.tree, self.model, self.config.beam_size
+        batch_size = state.batch_size
+        active = self._active(state)
+        frames = tree.next_frames
+        logits = self._joint(state, frames, state.beam_view(state.prediction))  # [B, K, V (+N)]
+        log_probs, fused = self._label_scores(state, logits)
+        duration_log_probs = torch.log_softmax(logits[..., self.num_labels:], dim=-1) if self.is_tdt else None
+        steps, labels, duration_indices = self._candidates(state, log_probs, fused, duration_log_probs)
+        candidates = steps.shape[-1]
+        scores = tree.scores.unsqueeze(-1) + steps  # [B, K, E]
+
+        # forced blank after max_symbols labels on this frame; finished hypotheses are carried over as they are
+        forced = active & (tree.frame_counts >= self.config.max_symbols_per_frame)
+        forced_score = tree.scores + fused[..., model.blank_id]
+        if self.is_tdt:
+            best_durations, forced_duration_index = duration_log_probs.max(dim=-1)
+            forced_score = forced_score + best_durations
+        first = torch.where(forced, forced_score, torch.where(active, scores[..., 0], tree.scores))
+        scores = torch.where((active & ~forced).unsqueeze(-1), scores, NEG_INF)
+        scores[..., 0] = first
+        first_label = torch.where(forced, model.blank_id, torch.where(active, labels[..., 0], NO_LABEL))
+        labels = labels.clone()
+        labels[..., 0] = first_label
+        if self.is_tdt:
+            duration_indices = duration_indices.clone()
+            duration_indices[..., 0] = torch.where(forced, forced_duration_index, duration_indices[..., 0])
+
+        # the K best of the K x E candidates of each utterance
+        new_scores, flat = scores.view(batch_size, -1).topk(beam_size, dim=-1, largest=True, sorted=True)
+        parents = torch.div(flat, candidates, rounding_mode="floor")
+        new_labels = labels.view(batch_size, -1).gather(1, flat)
+        frames = tree.gather(tree.next_frames, parents)
+        is_blank = new_labels == model.blank_id
+        durations = None
+        if self.is_tdt:
+            durations = self._durations_on(frames.device)[duration_indices.view(batch_size, -1).gather(1, flat)]
+            moves = torch.where(is_blank, durations.clamp(min=1), durations)
+        else:
+            moves = is_blank.long()
+        self._append_(state, parents, new_labels, new_scores, frames, frames + moves, durations)
+        tree.recombine_(match_frames=self.is_tdt)
+
+
+class AesBeamSearch(_TransducerBeamSearch):
+    """Modified adaptive expansion search, batched (AES++), RNN-T: frame-synchronous, prefix search,
+    a bounded number of label expansions per frame, pruning by value."""
+
+    supports_tdt = False
+
+    def _search(self, state: _BeamState) -> None:
+        max_length = int(state.encoder_lengths.max())
+        for frame in range(max_length):
+            self._frame(state, frame)
+
+    def _frame(self, state: _BeamState, frame: int) -> None:
+        tree, model, config = state.tree, self.model, self.config
+        batch_size, beam_size = state.batch_size, config.beam_size
+        blank = model.blank_id
+        frames = torch.full_like(tree.next_frames, frame)
+        updating = (state.encoder_lengths > frame) & (tree.scores > NEG_INF)  # [B, K]
+        log_probs, fused = self._label_scores(state, self._joint(state, frames, state.beam_view(state.prediction)))
+        if beam_size > 1:
+            self._prefix_search_(state, fused, updating)
+
+        for _ in range(config.expansion_steps):
+            if not bool(updating.any()):
+                break
+            ranking = log_probs if config.pruning == "early" else fused
+            ranked, labels = _top(ranking, beam_size + config.expansion_beta)  # [B, K, E]
+            candidates = labels.shape[-1]
+            ranked = tree.scores.unsqueeze(-1) + ranked
+            pruned = ranked <= ranked.max(dim=-1, keepdim=True).values - config.expansion_gamma
+            scores = tree.scores.unsqueeze(-1) + fused.gather(-1, labels)
+            scores = torch.where(pruned | ~updating.unsqueeze(-1), NEG_INF, scores)
+            labels = torch.where(updating.unsqueeze(-1), labels, NO_LABEL)
+            if beam_size > 1:
+                scores = self._remove_duplicates(tree, labels, scores)
+            # hypotheses done with this frame are carried over in their last candidate slot
+            scores[..., -1] = torch.where(updating, scores[..., -1], tree.scores)
+
+            new_scores, flat = scores.view(batch_size, -1).topk(beam_size, dim=-1, largest=True, sorted=True)
+            parents = torch.div(flat, candidates, rounding_mode="floor")
+            new_labels = labels.view(batch_size, -1).gather(1, flat)
+            is_blank = new_labels == blank
+            self._append_(state, parents, new_labels, new_scores, frames, frames + is_blank)
+            updating = (new_labels >= 0) & ~is_blank  # extended by a label: may expand again on this frame
+            log_probs, fused = self._label_scores(
+                state, self._joint(state, frames, state.beam_view(state.prediction)))
+
+        if bool(updating.any()):  # out of expansions: blank ends the frame
+            parents = tree._beam_range.expand(batch_size, beam_size)
+            labels = torch.where(updating, blank, NO_LABEL)
+            scores = torch.where(updating, tree.scores + fused[..., blank], tree.scores)
+            self._append_(state, parents, labels, scores, frames, frames + 1)
+
+    @staticmethod
+    def _prefix_search_(state: _BeamState, fused: Tensor, updating: Tensor) -> None:
+        """Add to each hypothesis y = x + (a) the probability of reaching it from hypothesis x in the beam by
+        emitting a on this frame: score(y) = logaddexp(score(y), score(x) + fused_x(a)), using the scores
+        from before this update for every x (NeMo's batched form of prefix search)."""
+        tree = state.tree
+        has_prefix = tree.non_blank_lengths > 0
+        is_prefix = (tree.hashes.unsqueeze(1) == tree.prefix_hashes.unsqueeze(2)) & has_prefix.unsqueeze(2)
+        # [B, K(y), K(x)]: score of x plus x's fused score of y's last label
+        last = tree.last_labels.clamp(min=0)
+        extension = fused.gather(2, last.unsqueeze(1).expand(-1, last.shape[1], -1)).transpose(1, 2)
+        extension = torch.where(is_prefix, tree.scores.unsqueeze(1) + extension, NEG_INF)
+        through_prefix = torch.logsumexp(extension, dim=2)
+        tree.scores = torch.where(updating, torch.logaddexp(tree.scores, through_prefix), tree.scores)
+
+    @staticmethod
+    def _remove_duplicates(tree: BeamTree, labels: Tensor, scores: Tensor) -> Tensor:
+        """Candidates [B, K, E]: drop label expansions that equal a hypothesis already in the beam (prefix
+        search has counted them), and keep only the best of candidates that equal each other."""
+        batch_size = labels.shape[0]
+        is_label = (labels >= 0) & (labels != tree.blank_id)
+        hashes = torch.where(is_label, extend_hashes(tree.hashes.unsqueeze(-1), labels), tree.hashes.unsqueeze(-1))
+        existing = torch.where(tree.scores > NEG_INF, tree.hashes, tree.hashes.new_full((), -1))
+        in_beam = (hashes.unsqueeze(-1) == existing.view(batch_size, 1, 1, -1)).any(dim=-1) & is_label
+        scores = torch.where(in_beam, NEG_INF, scores).view(batch_size, -1)
+        hashes = hashes.view(batch_size, -1)
+        same = hashes.unsqueeze(2) == hashes.unsqueeze(1)  # [B, K*E, K*E]
+        group = torch.where(same, scores.unsqueeze(1), NEG_INF)
+        best, best_index = group.max(dim=2)
+        keep = best_index == torch.arange(scores.shape[1], device=scores.device)
+        return torch.where(keep, best, NEG_INF).view_as(labels)

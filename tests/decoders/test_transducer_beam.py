@@ -1,0 +1,224 @@
+"""Batched beam search (ALSD++, AES++) against the per-utterance references on random tiny models.
+
+Models run in float64, so that batched and per-utterance arithmetic cannot order near-ties differently:
+the best tokens (with their frames and durations) must then be the same, and the whole n-best list the same
+tokens with scores within 1e-5.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from decoders.hypotheses import BatchedHypotheses
+from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias
+from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig
+from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
+from tests.reference.fake_lm import BigramLm
+from tests.reference.transducer_beam import alsd_decode, maes_decode
+
+DURATION_SETS = {"rnnt": (), "tdt01234": (0, 1, 2, 3, 4), "tdt0246": (0, 2, 4, 6)}
+ENCODER_DIM = 8
+VOCAB_SIZE = 7
+FUSION_MODES = [(pruning, scoring) for pruning in ("early", "late") for scoring in ("none", "weighted")]
+
+
+@functools.cache
+def tiny_model(kind: str, regime: str = "realistic") -> TinyTransducer:
+    model = TinyTransducer(vocab_size=VOCAB_SIZE, encoder_dim=ENCODER_DIM, prediction_dim=8, joint_dim=8,
+                           durations=DURATION_SETS[kind], seed=len(kind) + 11)
+    if regime == "realistic":
+        calibrate_blank_bias(model, frames_per_label=2.5)
+    return model.double()
+
+
+@functools.cache
+def bigram_lm(seed: int = 0) -> BigramLm:
+    return BigramLm.random(VOCAB_SIZE, seed=seed)
+
+
+def random_inputs(batch_size: int, max_frames: int, seed: int, lengths: list[int] | None = None):
+    generator = torch.Generator().manual_seed(seed)
+    encoder_output = torch.randn(batch_size, max_frames, ENCODER_DIM, generator=generator, dtype=torch.double)
+    if lengths is None:
+        lengths = torch.randint(0, max_frames + 1, (batch_size,), generator=generator).tolist()
+    return encoder_output, torch.tensor(lengths, dtype=torch.long)
+
+
+def assert_agree(batched: BatchedHypotheses, reference, beam_size: int) -> None:
+    best = batched.to_list()
+    nbest = batched.nbest.to_list()
+    assert len(best) == len(reference)
+    for index, expected in enumerate(reference):
+        got = best[index]
+        assert got.tokens == expected[0].tokens, f"utterance {index}: best tokens"
+        assert got.frame_indices == expected[0].frame_indices, f"utterance {index}: best frames"
+        assert got.durations == expected[0].durations, f"utterance {index}: best durations"
+        assert got.score == pytest.approx(expected[0].score, abs=1e-5)
+        listed = [h for h in nbest[index * beam_size : (index + 1) * beam_size] if h.score > -math.inf]
+        assert [h.tokens for h in listed] == [h.tokens for h in expected], f"utterance {index}: n-best tokens"
+        assert [h.score for h in listed] == pytest.approx([h.score for h in expected], abs=1e-5)
+
+
+@st.composite
+def cases(draw, kinds=tuple(DURATION_SETS), max_frames=10):
+    kind = draw(st.sampled_from(kinds))
+    batch_size = draw(st.integers(1, 9))
+    frames = draw(st.integers(0, max_frames))
+    length = st.one_of(st.just(0), st.just(1), st.integers(0, frames))
+    lengths = [min(draw(length), frames) for _ in range(batch_size)]
+    beam_size = draw(st.integers(1, 8))
+    max_symbols = draw(st.integers(1, 4))
+    normalize = draw(st.booleans())
+    seed = draw(st.integers(0, 2**31 - 1))
+    encoder_output, lengths = random_inputs(batch_size, frames, seed, lengths)
+    return kind, encoder_output, lengths, beam_size, max_symbols, normalize
+
+
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(cases())
+def test_alsd_matches_reference(case):
+    kind, encoder_output, lengths, beam_size, max_symbols, normalize = case
+    config = BeamSearchConfig(beam_size=beam_size, max_symbols_per_frame=max_symbols,
+                              length_normalization=normalize, return_nbest=True)
+    model = tiny_model(kind)
+    batched = AlsdBeamSearch(model, config)(encoder_output, lengths)
+    assert_agree(batched, alsd_decode(model, encoder_output, lengths, config), beam_size)
+
+
+@SETTINGS
+@given(cases(), st.sampled_from(FUSION_MODES), st.floats(0.1, 1.0))
+def test_alsd_with_lm_fusion_matches_reference(case, mode, lm_weight):
+    kind, encoder_output, lengths, beam_size, max_symbols, normalize = case
+    pruning, scoring = mode
+    config = BeamSearchConfig(beam_size=beam_size, max_symbols_per_frame=max_symbols, lm_weight=lm_weight,
+                              pruning=pruning, blank_lm_scoring=scoring, length_normalization=normalize,
+                              return_nbest=True)
+    model, lm = tiny_model(kind), bigram_lm()
+    batched = AlsdBeamSearch(model, config, lm)(encoder_output, lengths)
+    assert_agree(batched, alsd_decode(model, encoder_output, lengths, config, lm), beam_size)
+
+
+@SETTINGS
+@given(cases(kinds=("rnnt",)), st.integers(1, 3), st.integers(0, 3), st.floats(0.5, 5.0))
+def test_aes_matches_reference(case, steps, beta, gamma):
+    _, encoder_output, lengths, beam_size, _, normalize = case
+    config = BeamSearchConfig(beam_size=beam_size, expansion_steps=steps, expansion_beta=beta,
+                              expansion_gamma=gamma, length_normalization=normalize, return_nbest=True)
+    model = tiny_model("rnnt")
+    batched = AesBeamSearch(model, config)(encoder_output, lengths)
+    assert_agree(batched, maes_decode(model, encoder_output, lengths, config), beam_size)
+
+
+@SETTINGS
+@given(cases(kinds=("rnnt",)), st.sampled_from(FUSION_MODES), st.floats(0.1, 1.0))
+def test_aes_with_lm_fusion_matches_reference(case, mode, lm_weight):
+    _, encoder_output, lengths, beam_size, _, normalize = case
+    pruning, scoring = mode
+    config = BeamSearchConfig(beam_size=beam_size, lm_weight=lm_weight, pruning=pruning,
+                              blank_lm_scoring=scoring, length_normalization=normalize, return_nbest=True)
+    model, lm = tiny_model("rnnt"), bigram_lm(1)
+    batched = AesBeamSearch(model, config, lm)(encoder_output, lengths)
+    assert_agree(batched, maes_decode(model, encoder_output, lengths, config, lm), beam_size)
+
+
+@pytest.mark.parametrize("kind", sorted(DURATION_SETS))
+@pytest.mark.parametrize("regime", ["realistic", "chatty"])
+def test_alsd_beam_one_is_greedy(kind, regime):
+    model = tiny_model(kind, regime)
+    encoder_output, lengths = random_inputs(7, 30, seed=5, lengths=[30, 0, 1, 29, 12, 30, 7])
+    for max_symbols in (1, 3, 10):
+        greedy = LabelLoopingGreedy(model, GreedyConfig(max_symbols=max_symbols))(encoder_output, lengths)
+        beam = AlsdBeamSearch(model, BeamSearchConfig(beam_size=1, max_symbols_per_frame=max_symbols))(
+            encoder_output, lengths)
+        for got, expected in zip(beam.to_list(), greedy.to_list()):
+            assert (got.tokens, got.frame_indices, got.durations) == (
+                expected.tokens, expected.frame_indices, expected.durations)
+
+
+@pytest.mark.parametrize("regime", ["realistic", "chatty"])
+def test_aes_beam_one_is_greedy_with_max_symbols_equal_to_expansion_steps(regime):
+    model = tiny_model("rnnt", regime)
+    encoder_output, lengths = random_inputs(5, 30, seed=6, lengths=[30, 0, 1, 17, 30])
+    for steps in (1, 2, 4):
+        greedy = LabelLoopingGreedy(model, GreedyConfig(max_symbols=steps))(encoder_output, lengths)
+        beam = AesBeamSearch(model, BeamSearchConfig(beam_size=1, expansion_steps=steps))(encoder_output, lengths)
+        for got, expected in zip(beam.to_list(), greedy.to_list()):
+            assert (got.tokens, got.frame_indices) == (expected.tokens, expected.frame_indices)
+
+
+@pytest.mark.parametrize("decoder_class", [AlsdBeamSearch, AesBeamSearch])
+def test_one_batch_of_n_equals_n_batches_of_one(decoder_class):
+    model = tiny_model("rnnt")
+    encoder_output, lengths = random_inputs(6, 25, seed=7, lengths=[25, 3, 0, 18, 25, 9])
+    decoder = decoder_class(model, BeamSearchConfig(beam_size=4, lm_weight=0.3), bigram_lm())
+    together = decoder(encoder_output, lengths).to_list()
+    for b in range(6):
+        alone = decoder(encoder_output[b : b + 1, : int(lengths[b])], lengths[b : b + 1]).to_list()[0]
+        assert alone.tokens == together[b].tokens
+        assert alone.score == pytest.approx(together[b].score, abs=1e-9)
+
+
+def test_lm_flips_a_word_only_when_weighted():
+    # two labels about equally likely to the model at every emission; the LM strongly prefers label 3
+    model = tiny_model("rnnt")
+    encoder_output, lengths = random_inputs(4, 20, seed=9, lengths=[20] * 4)
+    table = torch.full((VOCAB_SIZE + 1, VOCAB_SIZE + 1), math.log(0.01), dtype=torch.double)
+    table[:, 3] = math.log(0.9)
+    lm = BigramLm(table)
+    plain = AlsdBeamSearch(model, BeamSearchConfig(beam_size=4))(encoder_output, lengths).to_list()
+    zero = AlsdBeamSearch(model, BeamSearchConfig(beam_size=4, lm_weight=0.0), lm)(encoder_output, lengths)
+    fused = AlsdBeamSearch(model, BeamSearchConfig(beam_size=4, lm_weight=2.0), lm)(encoder_output, lengths)
+    assert [h.tokens for h in zero.to_list()] == [h.tokens for h in plain]
+    count = lambda hypotheses: sum(h.tokens.count(3) for h in hypotheses)  # noqa: E731
+    assert count(fused.to_list()) > count(plain)
+
+
+def test_invariants_and_nbest_shape():
+    for kind in DURATION_SETS:
+        model = tiny_model(kind)
+        encoder_output, lengths = random_inputs(5, 30, seed=10, lengths=[30, 0, 1, 29, 12])
+        config = BeamSearchConfig(beam_size=3, return_nbest=True)
+        decoders = [AlsdBeamSearch(model, config)] + ([AesBeamSearch(model, config)] if kind == "rnnt" else [])
+        for decoder in decoders:
+            hypotheses = decoder(encoder_output, lengths)
+            assert hypotheses.nbest.batch_size == 5 * 3
+            for hypothesis, length in zip(hypotheses.to_list(), lengths.tolist()):
+                assert model.blank_id not in hypothesis.tokens
+                assert hypothesis.frame_indices == sorted(hypothesis.frame_indices)
+                assert all(0 <= t < length for t in hypothesis.frame_indices)
+                if kind != "rnnt":
+                    assert all(d in model.durations for d in hypothesis.durations)
+            assert hypotheses.to_list()[1].tokens == [] and hypotheses.to_list()[1].score == 0.0
+
+
+def test_bad_inputs_and_configs_are_named():
+    decoder = AlsdBeamSearch(tiny_model("rnnt"), BeamSearchConfig())
+    with pytest.raises(ValueError, match="encoder_output must be"):
+        decoder(torch.zeros(2, ENCODER_DIM, dtype=torch.double), torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match="encoder_lengths must lie"):
+        decoder(torch.zeros(2, 5, ENCODER_DIM, dtype=torch.double), torch.tensor([1, 6]))
+    with pytest.raises(ValueError, match="beam_size"):
+        BeamSearchConfig(beam_size=0)
+    with pytest.raises(ValueError, match="pruning"):
+        BeamSearchConfig(pruning="sometimes")
+    with pytest.raises(ValueError, match="blank_lm_scoring"):
+        BeamSearchConfig(blank_lm_scoring="full")
+    with pytest.raises(ValueError, match="RNN-T only"):
+        AesBeamSearch(tiny_model("tdt01234"), BeamSearchConfig())
+    with pytest.raises(ValueError, match="vocab_size"):
+        AlsdBeamSearch(tiny_model("rnnt"), BeamSearchConfig(), BigramLm.random(VOCAB_SIZE + 1))
+
+
+def test_empty_batch():
+    decoder = AlsdBeamSearch(tiny_model("tdt01234"), BeamSearchConfig(return_nbest=True))
+    hypotheses = decoder(torch.zeros(0, 5, ENCODER_DIM, dtype=torch.double), torch.zeros(0, dtype=torch.long))
+    assert hypotheses.to_list() == []

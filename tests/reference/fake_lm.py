@@ -1,0 +1,45 @@
+"""A table-driven bigram `LanguageModel` for tests, used until (and beside) the real n-gram LM.
+
+State s is the previous label plus one (0 = beginning of sentence); `table[s]` holds the log-probabilities
+of the V next labels followed by the end of sentence. Every label leads to the state of that label.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class BigramLm:
+    def __init__(self, table: Tensor) -> None:
+        vocab_size = table.shape[1] - 1
+        if table.shape != (vocab_size + 1, vocab_size + 1):
+            raise ValueError(f"table must be [V + 1, V + 1], got {tuple(table.shape)}")
+        self.vocab_size = vocab_size
+        self.table = table.double()
+        self.next_states = torch.arange(1, vocab_size + 1).expand(vocab_size + 1, vocab_size).clone()
+
+    @classmethod
+    def random(cls, vocab_size: int, seed: int = 0, sharpness: float = 2.0) -> BigramLm:
+        """A random bigram model whose rows are normalized over the labels and the end of sentence."""
+        generator = torch.Generator().manual_seed(seed)
+        logits = torch.randn(vocab_size + 1, vocab_size + 1, generator=generator, dtype=torch.double) * sharpness
+        return cls(torch.log_softmax(logits, dim=-1))
+
+    def initial_states(self, batch_size: int) -> Tensor:
+        return torch.zeros(batch_size, dtype=torch.long)
+
+    def advance(self, states: Tensor) -> tuple[Tensor, Tensor]:
+        table = self.table.to(states.device)
+        return table[states, : self.vocab_size], self.next_states.to(states.device)[states]
+
+    def final_scores(self, states: Tensor) -> Tensor:
+        return self.table.to(states.device)[states, self.vocab_size]
+
+    def score(self, tokens: list[int]) -> float:
+        """log P(tokens) without the end of sentence: the sum of bigram scores (for obvious checks)."""
+        state, total = 0, 0.0
+        for token in tokens:
+            total += float(self.table[state, token])
+            state = token + 1
+        return total
