@@ -2,6 +2,8 @@
 
 - `collapse_one`: blank collapse as the paper states it, run by run.
 - `greedy_one`: CTC greedy, with NeMo's LM fusion rule spelled out frame by frame.
+- `prefix_beam_search_one`: textbook CTC prefix beam search over a dict of prefixes, with token-level LM fusion.
+- `exhaustive_best`: the best label sequence by enumerating every alignment (tiny T and V only).
 - `BigramLm`: a table-driven fake `LanguageModel` (state = previous label + 1, 0 = start of sentence).
 
 Labels are `0 .. V-1` with blank at `blank_id`; the LM sees `label - (label > blank_id)`.
@@ -9,7 +11,9 @@ Labels are `0 .. V-1` with blank at `blank_id`; the LM sees `label - (label > bl
 
 from __future__ import annotations
 
+import itertools
 import math
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -105,3 +109,139 @@ def greedy_one(log_probs: Tensor, blank_id: int, lm: BigramLm | None = None, lm_
             score += row[label]
         previous = label
     return Hypothesis(tokens=tokens, frame_indices=frames, durations=None, token_scores=token_scores, score=score)
+
+
+def logaddexp(a: float, b: float) -> float:
+    if a == -math.inf:
+        return b
+    if b == -math.inf:
+        return a
+    high, low = max(a, b), min(a, b)
+    return high + math.log1p(math.exp(low - high))
+
+
+@dataclass
+class _Prefix:
+    p_blank: float = -math.inf
+    p_label: float = -math.inf
+    lm_total: float = 0.0
+    lm_state: int = 0
+    frames: list[int] = field(default_factory=list)
+    token_scores: list[float] = field(default_factory=list)
+
+    def score(self, length: int, lm_weight: float, insertion_bonus: float) -> float:
+        return logaddexp(self.p_blank, self.p_label) + lm_weight * self.lm_total + insertion_bonus * length
+
+
+def prefix_beam_search_one(
+    log_probs: Tensor,
+    blank_id: int,
+    beam_size: int,
+    lm=None,
+    lm_weight: float = 0.0,
+    insertion_bonus: float = 0.0,
+    beam_threshold: float = math.inf,
+    lm_end_of_sentence: bool = True,
+    nbest: int = 1,
+) -> list[Hypothesis]:
+    """log_probs [T, V] of one utterance -> its nbest hypotheses, best first (prefix beam search).
+
+    Each frame: every prefix in the beam goes on as itself (through blank, or a repeat of its last label)
+    and as itself plus each non-blank label; contributions to the same prefix add up. A prefix's frames and
+    token scores come from whichever contribution is larger this frame: its own continuation, or its parent's
+    extension (then its last label is stamped with this frame). Candidates more than `beam_threshold` below
+    the best are dropped, the best `beam_size` kept. `lm` needs `score(state, label)`,
+    `next_state(state, label)` and a `final` table (as `BigramLm` has).
+    """
+    use_lm = lm is not None and lm_weight != 0.0
+    rows = log_probs.tolist()
+    beams: dict[tuple[int, ...], _Prefix] = {(): _Prefix(p_blank=0.0)}
+    for t, row in enumerate(rows):
+        own: dict[tuple[int, ...], _Prefix] = {}  # continuations of prefixes in the beam
+        extensions: dict[tuple[int, ...], _Prefix] = {}  # each prefix's parent extended by its last label
+        for prefix, beam in beams.items():
+            total = logaddexp(beam.p_blank, beam.p_label)
+            own[prefix] = _Prefix(
+                p_blank=total + row[blank_id],
+                p_label=beam.p_label + row[prefix[-1]] if prefix else -math.inf,
+                lm_total=beam.lm_total,
+                lm_state=beam.lm_state,
+                frames=beam.frames,
+                token_scores=beam.token_scores,
+            )
+            for label in range(len(row)):
+                if label == blank_id:
+                    continue
+                lm_label = to_lm_label(label, blank_id)
+                extensions[prefix + (label,)] = _Prefix(
+                    p_label=(beam.p_blank if prefix and label == prefix[-1] else total) + row[label],
+                    lm_total=beam.lm_total + (lm.score(beam.lm_state, lm_label) if use_lm else 0.0),
+                    lm_state=lm.next_state(beam.lm_state, lm_label) if use_lm else 0,
+                    frames=beam.frames + [t],
+                    token_scores=beam.token_scores + [row[label]],
+                )
+        candidates = dict(extensions)
+        for prefix, continued in own.items():
+            extension = extensions.get(prefix)
+            if extension is None:
+                candidates[prefix] = continued
+                continue
+            own_mass = logaddexp(continued.p_blank, continued.p_label)
+            record = extension if extension.p_label > own_mass else continued
+            candidates[prefix] = _Prefix(
+                p_blank=continued.p_blank,
+                p_label=logaddexp(continued.p_label, extension.p_label),
+                lm_total=continued.lm_total,
+                lm_state=continued.lm_state,
+                frames=record.frames,
+                token_scores=record.token_scores,
+            )
+        weight = lm_weight if use_lm else 0.0
+        scored = {prefix: c.score(len(prefix), weight, insertion_bonus) for prefix, c in candidates.items()}
+        best = max(scored.values())
+        kept = [p for p in scored if scored[p] > -math.inf and not scored[p] < best - beam_threshold]
+        kept.sort(key=lambda p: scored[p], reverse=True)
+        beams = {p: candidates[p] for p in kept[:beam_size]}
+
+    results = []
+    for prefix, beam in beams.items():
+        score = beam.score(len(prefix), lm_weight if use_lm else 0.0, insertion_bonus)
+        if use_lm and lm_end_of_sentence:
+            score += lm_weight * float(lm.final[beam.lm_state])
+        results.append(
+            Hypothesis(
+                tokens=list(prefix),
+                frame_indices=list(beam.frames),
+                durations=None,
+                token_scores=list(beam.token_scores),
+                score=score,
+            )
+        )
+    results.sort(key=lambda h: h.score, reverse=True)
+    return results[:nbest]
+
+
+def exhaustive_best(
+    log_probs: Tensor, blank_id: int, lm=None, lm_weight: float = 0.0, insertion_bonus: float = 0.0
+) -> tuple[list[int], float]:
+    """The label sequence with the best `log P(labels | x) + lm_weight * log P_lm(labels, </s>) + bonus * length`,
+    where P(labels | x) sums over every alignment (all V^T of them are enumerated), and its score."""
+    frames, num_labels = log_probs.shape
+    rows = log_probs.tolist()
+    totals: dict[tuple[int, ...], float] = {}
+    for path in itertools.product(range(num_labels), repeat=frames):
+        labels = tuple(v for t, v in enumerate(path) if v != blank_id and (t == 0 or path[t - 1] != v))
+        totals[labels] = logaddexp(totals.get(labels, -math.inf), sum(rows[t][v] for t, v in enumerate(path)))
+
+    def lm_score(labels: tuple[int, ...]) -> float:
+        if lm is None or lm_weight == 0.0:
+            return 0.0
+        state, score = 0, 0.0
+        for label in labels:
+            score += lm.score(state, to_lm_label(label, blank_id))
+            state = lm.next_state(state, to_lm_label(label, blank_id))
+        return lm_weight * (score + float(lm.final[state]))
+
+    scores = {labels: p + lm_score(labels) + insertion_bonus * len(labels) for labels, p in totals.items()}
+    best = max(scores, key=scores.get)
+    return list(best), scores[best]

@@ -1,0 +1,304 @@
+"""Batched CTC prefix beam search with token-level LM fusion and optional blank collapse.
+
+The search keeps K distinct label prefixes per utterance, each with two log-probabilities: of the frames so
+far ending in blank (`p_blank`) and ending in its last label (`p_label`) (Hannun et al., 2014, "First-Pass
+Large Vocabulary Continuous Speech Recognition using Bi-Directional Recurrent DNNs"; the textbook prefix
+beam search). One frame is one step for the whole batch over a [B, K, V] tensor of candidates:
+- each prefix stays itself through blank (`p_blank' = p + p(blank)`) and through a repeat of its last label
+  (`p_label' = p_label + p(last)`);
+- each prefix extends by every non-blank label v (`p_label' = p + p(v)`, or `p_blank + p(v)` when v repeats
+  the last label), adding `lm_weight * log p_lm(v | prefix) + insertion_bonus`;
+- an extension equal to a prefix already in the beam is merged into it (log-add of `p_label`): prefixes carry
+  a 64-bit rolling hash of their labels and the hash of their parent prefix, so "prefix k extended by the
+  last label of prefix j is prefix j" is a [B, K, K] comparison;
+- a candidate's score is `log(p_blank + p_label) + lm_weight * lm + insertion_bonus * length`; candidates
+  more than `beam_threshold` below the best are dropped, and the best K survive.
+At the end `lm_weight * log p_lm(</s> | prefix)` is added (`lm_end_of_sentence`) before the final ranking.
+
+With `collapse_threshold` set, blank collapse (`decoders.ctc.collapse_blanks`) shortens the emissions first,
+and token frames are mapped back to original frames. A token's frame is the frame on which its prefix was
+extended by it; when a prefix in the beam is reached again by its parent's extension, the merged prefix keeps
+the frames of whichever contribution is larger, so frames follow the most probable lineage.
+
+Labels are `0 .. V-1` with blank at `blank_id`; the LM covers the non-blank labels (`lm.vocab_size == V - 1`,
+renumbered without blank as in `decoders.ctc`; NeMo's layout puts blank last, `blank_id == lm.vocab_size`).
+
+Dims: B batch, T frames, T' frames after collapse, V labels with blank, K beam, N n-best, U labels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from decoders.ctc import check_ctc_inputs, check_lm, collapse_blanks, ctc_to_lm_labels, lm_to_ctc_labels
+from decoders.hypotheses import BatchedHypotheses
+from decoders.protocols import LanguageModel
+
+HASH_MULTIPLIER = 6364136223846793005  # NeMo's rolling hash: h' = h * M + 1 + label (int64 wraparound)
+
+
+@dataclass(frozen=True)
+class CtcBeamConfig:
+    beam_size: int = 8
+    lm_weight: float = 0.0  # alpha: weight of the LM's natural-log probabilities
+    insertion_bonus: float = 0.0  # beta: added per emitted label
+    beam_threshold: float = math.inf  # drop candidates scoring more than this below the best (pyctcdecode: 10)
+    collapse_threshold: float | Literal["weak"] | None = None  # None: no collapse; "weak": argmax is blank
+    lm_end_of_sentence: bool = True  # add lm_weight * log p(</s> | prefix) before the final ranking
+    cpu_threads: int | None = None  # torch threads while decoding on the CPU; None keeps the process setting
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+        if not self.beam_threshold > 0:
+            raise ValueError(f"beam_threshold must be > 0, got {self.beam_threshold}")
+        threshold = self.collapse_threshold
+        if (
+            threshold is not None
+            and threshold != "weak"
+            and not (isinstance(threshold, (int, float)) and 0.0 < threshold < 1.0)
+        ):
+            raise ValueError(f"collapse_threshold must be None, 'weak' or in (0, 1), got {threshold!r}")
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise ValueError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None, device: torch.device) -> Iterator[None]:
+    if threads is None or device.type != "cpu" or threads == torch.get_num_threads():
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class CtcBeamSearch:
+    """Batched CTC prefix beam search with token-level LM fusion (see module docstring)."""
+
+    def __init__(self, blank_id: int, config: CtcBeamConfig = CtcBeamConfig(), lm: LanguageModel | None = None):
+        if blank_id < 0:
+            raise ValueError(f"blank_id must be >= 0, got {blank_id}")
+        self.blank_id = blank_id
+        self.config = config
+        self.lm = lm
+
+    @torch.no_grad()
+    def __call__(self, log_probs: Tensor, lengths: Tensor, nbest: int = 1) -> BatchedHypotheses:
+        """log_probs [B, T, V] (log-softmax output), lengths [B] -> hypotheses.
+
+        With nbest = 1, the best hypothesis per utterance ([B] rows). With nbest = N > 1, N rows per utterance
+        ([B * N] rows, row b * N + i is utterance b's i-th best; rows past the hypotheses found are empty with
+        score -inf). `scores` are full search scores (acoustic + weighted LM + bonus, end of sentence
+        included); `token_scores` are each label's acoustic log-probability on its frame; frames are original.
+        """
+        check_ctc_inputs(log_probs, lengths, self.blank_id)
+        if not 1 <= nbest <= self.config.beam_size:
+            raise ValueError(f"nbest must lie in [1, beam_size={self.config.beam_size}], got {nbest}")
+        if self.lm is not None:
+            check_lm(self.lm, log_probs.shape[2])
+        lengths = lengths.to(device=log_probs.device, dtype=torch.long)
+        with _torch_threads(self.config.cpu_threads, log_probs.device):
+            frame_map = None
+            threshold = self.config.collapse_threshold
+            if threshold is not None:
+                log_probs, lengths, frame_map = collapse_blanks(
+                    log_probs, lengths, self.blank_id, None if threshold == "weak" else float(threshold)
+                )
+            return self._search(log_probs, lengths, frame_map, nbest)
+
+    def _search(self, log_probs: Tensor, lengths: Tensor, frame_map: Tensor | None, nbest: int) -> BatchedHypotheses:
+        config, blank_id = self.config, self.blank_id
+        batch_size, max_time, num_labels = log_probs.shape
+        beam = config.beam_size
+        device, dtype = log_probs.device, log_probs.dtype
+        use_lm = self.lm is not None and config.lm_weight != 0.0 and num_labels > 1
+        lm_weight = config.lm_weight if use_lm else 0.0
+        minus_inf = float("-inf")
+        rows = torch.arange(batch_size, device=device).unsqueeze(1)  # [B, 1]
+        labels = torch.arange(num_labels, device=device)  # [V]
+
+        # the beam: slot 0 holds the empty prefix, the other slots are empty (score -inf)
+        p_blank = torch.full((batch_size, beam), minus_inf, dtype=dtype, device=device)
+        p_blank[:, 0] = 0.0
+        p_label = torch.full_like(p_blank, minus_inf)
+        lm_total = torch.zeros_like(p_blank)  # unweighted LM log-probability of each prefix
+        prefix_lengths = torch.zeros(batch_size, beam, dtype=torch.long, device=device)
+        last_labels = torch.full_like(prefix_lengths, blank_id)
+        hashes = torch.zeros_like(prefix_lengths)
+        parent_hashes = torch.zeros_like(prefix_lengths)
+        valid = torch.zeros(batch_size, beam, dtype=torch.bool, device=device)
+        valid[:, 0] = True
+        lm_states = (
+            self.lm.initial_states(batch_size).to(device).unsqueeze(1).expand(batch_size, beam).contiguous()
+            if use_lm
+            else None
+        )
+        # per frame: each slot's source slot, appended label (-1: none) and that label's log-probability
+        history_parents, history_labels, history_scores = [], [], []
+
+        active_time = int(lengths.max()) if batch_size > 0 else 0
+        for t in range(active_time):
+            frame = log_probs[:, t]  # [B, V]
+            total = torch.logaddexp(p_blank, p_label)  # [B, K]
+            # the prefix itself, through blank or a repeat of its last label
+            same_blank = total + frame[:, blank_id].unsqueeze(1)
+            same_label = torch.where(prefix_lengths > 0, p_label + frame.gather(1, last_labels), minus_inf)
+            # extensions by every label [B, K, V]
+            repeats = labels == last_labels.unsqueeze(2)
+            extend = torch.where(repeats, p_blank.unsqueeze(2), total.unsqueeze(2)) + frame.unsqueeze(1)
+            extend[:, :, blank_id] = minus_inf
+            extend_score = extend + config.insertion_bonus * (prefix_lengths + 1).to(dtype).unsqueeze(2)
+            if use_lm:
+                scores, next_states = self.lm.advance(lm_states.reshape(-1))  # [B*K, V-1] each
+                lm_scores = lm_to_ctc_labels(scores.to(dtype), blank_id, 0.0).view(batch_size, beam, num_labels)
+                extend_score = extend_score + lm_weight * (lm_total.unsqueeze(2) + lm_scores)
+            else:
+                extend_score = extend_score + lm_weight * lm_total.unsqueeze(2)
+
+            # merge: the extension of slot k by slot j's last label is slot j's prefix
+            is_parent = (
+                (parent_hashes.unsqueeze(2) == hashes.unsqueeze(1))
+                & (prefix_lengths.unsqueeze(2) == prefix_lengths.unsqueeze(1) + 1)
+                & valid.unsqueeze(1)
+                & valid.unsqueeze(2)
+            )  # [B, J, K]
+            has_parent = is_parent.any(dim=2)
+            parents = is_parent.to(torch.uint8).argmax(dim=2)  # [B, J]
+            # slots without a parent point at (slot 0, blank), which is -inf anyway
+            flat_index = torch.where(has_parent, parents * num_labels + last_labels, blank_id)  # [B, J]
+            merged = extend.view(batch_size, -1).gather(1, flat_index)
+            # the larger contribution decides whose frames the merged prefix keeps
+            restamp = has_parent & (merged > torch.logaddexp(same_blank, same_label))  # [B, J]
+            same_label = torch.where(has_parent, torch.logaddexp(same_label, merged), same_label)
+            extend_score.view(batch_size, -1).scatter_(1, flat_index, minus_inf)
+
+            same_score = (
+                torch.logaddexp(same_blank, same_label)
+                + lm_weight * lm_total
+                + config.insertion_bonus * prefix_lengths.to(dtype)
+            )
+            candidates = torch.cat([same_score, extend_score.view(batch_size, -1)], dim=1)  # [B, K + K*V]
+            best = candidates.max(dim=1, keepdim=True).values
+            candidates = torch.where(candidates < best - config.beam_threshold, minus_inf, candidates)
+            top_scores, top = candidates.topk(beam, dim=1)  # [B, K]
+
+            is_extension = top >= beam
+            extension = (top - beam).clamp(min=0)
+            source = torch.where(is_extension, extension // num_labels, top)  # [B, K]
+            new_labels = extension % num_labels
+            new_valid = top_scores > minus_inf
+
+            new_p_blank = torch.where(is_extension, minus_inf, same_blank.gather(1, source))
+            new_p_label = torch.where(
+                is_extension, extend.view(batch_size, -1).gather(1, extension), same_label.gather(1, source)
+            )
+            new_lm_total = lm_total.gather(1, source)
+            new_lengths = prefix_lengths.gather(1, source) + is_extension
+            source_hashes = hashes.gather(1, source)
+            new_hashes = torch.where(is_extension, source_hashes * HASH_MULTIPLIER + 1 + new_labels, source_hashes)
+            new_parent_hashes = torch.where(is_extension, source_hashes, parent_hashes.gather(1, source))
+            new_last = torch.where(is_extension, new_labels, last_labels.gather(1, source))
+            if use_lm:
+                flat_extension = source * num_labels + new_labels
+                new_lm_total = new_lm_total + torch.where(
+                    is_extension, lm_scores.view(batch_size, -1).gather(1, flat_extension), 0.0
+                )
+                lm_next = ctc_to_lm_labels(new_labels, blank_id)
+                candidates_states = next_states.view(batch_size, beam, -1)[rows, source, lm_next]
+                new_lm_states = torch.where(is_extension, candidates_states, lm_states.gather(1, source))
+
+            # history: a continued prefix whose parent's extension outweighed it takes the parent's lineage
+            restamped = ~is_extension & restamp.gather(1, source)
+            appended = torch.where(restamped, last_labels.gather(1, source), new_labels)
+            active = (t < lengths).unsqueeze(1)  # [B, 1]: utterances that have ended keep their beam
+            stamped = (is_extension | restamped) & new_valid & active
+            identity = torch.arange(beam, device=device).expand(batch_size, beam)
+            history_parents.append(
+                torch.where(active, torch.where(restamped, parents.gather(1, source), source), identity)
+            )
+            history_labels.append(torch.where(stamped, appended, -1))
+            history_scores.append(frame.gather(1, appended))
+
+            p_blank = torch.where(active, torch.where(new_valid, new_p_blank, minus_inf), p_blank)
+            p_label = torch.where(active, torch.where(new_valid, new_p_label, minus_inf), p_label)
+            lm_total = torch.where(active, new_lm_total, lm_total)
+            prefix_lengths = torch.where(active, new_lengths, prefix_lengths)
+            hashes = torch.where(active, new_hashes, hashes)
+            parent_hashes = torch.where(active, new_parent_hashes, parent_hashes)
+            last_labels = torch.where(active, new_last, last_labels)
+            valid = torch.where(active, new_valid, valid)
+            if use_lm:
+                lm_states = torch.where(active, new_lm_states, lm_states)
+
+        final = (
+            torch.logaddexp(p_blank, p_label) + lm_weight * lm_total + config.insertion_bonus * prefix_lengths.to(dtype)
+        )
+        if use_lm and config.lm_end_of_sentence:
+            end_scores = self.lm.final_scores(lm_states.reshape(-1)).to(dtype).view(batch_size, beam)
+            final = final + lm_weight * end_scores
+        final = torch.where(valid, final, minus_inf)
+        order_scores, order = final.topk(nbest, dim=1)  # [B, N]
+        return self._backtrack(
+            order,
+            order_scores,
+            prefix_lengths.gather(1, order),
+            history_parents,
+            history_labels,
+            history_scores,
+            frame_map,
+        )
+
+    @staticmethod
+    def _backtrack(
+        order: Tensor,
+        scores: Tensor,
+        token_lengths: Tensor,
+        history_parents: list[Tensor],
+        history_labels: list[Tensor],
+        history_scores: list[Tensor],
+        frame_map: Tensor | None,
+    ) -> BatchedHypotheses:
+        """Follow parent pointers from the chosen slots order [B, N] back to the first frame."""
+        batch_size, nbest = order.shape
+        device = order.device
+        found = scores > float("-inf")
+        token_lengths = torch.where(found, token_lengths, 0).reshape(-1)  # [B*N]
+        capacity = int(token_lengths.max()) if token_lengths.numel() > 0 else 0
+        hypotheses = BatchedHypotheses(batch_size * nbest, capacity, device, scores.dtype)
+        hypotheses.token_lengths.copy_(token_lengths)
+        hypotheses.scores.copy_(scores.reshape(-1))
+        if capacity == 0:
+            return hypotheses
+        slots = order.clone()
+        remaining = token_lengths.view(batch_size, nbest).clone()
+        tokens = hypotheses.tokens.view(batch_size, nbest, -1)
+        frames = hypotheses.frame_indices.view(batch_size, nbest, -1)
+        token_scores = hypotheses.token_scores.view(batch_size, nbest, -1)
+        rows = torch.arange(batch_size, device=device).unsqueeze(1)
+        for t in range(len(history_parents) - 1, -1, -1):
+            labels = history_labels[t].gather(1, slots)  # [B, N]
+            appended = (labels >= 0) & found
+            remaining = remaining - appended.long()
+            position = remaining.clamp(0, capacity - 1)
+            frame = (
+                frame_map[:, t].unsqueeze(1).expand(-1, nbest) if frame_map is not None else torch.full_like(labels, t)
+            )
+            columns = rows, torch.arange(nbest, device=device).unsqueeze(0), position
+            tokens[columns] = torch.where(appended, labels, tokens[columns])
+            frames[columns] = torch.where(appended, frame, frames[columns])
+            token_scores[columns] = torch.where(
+                appended, history_scores[t].gather(1, slots).to(token_scores.dtype), token_scores[columns]
+            )
+            slots = history_parents[t].gather(1, slots)
+        return hypotheses
