@@ -1,0 +1,133 @@
+"""Decoder-only speed of batched transducer beam search: ALSD++ and AES++ at several beams, against
+label-looping greedy and against the per-utterance reference beam search (tests/reference/).
+
+Everything runs side by side in one process on the same random encoder output and the same tiny RNN-T,
+calibrated to emit about one label per 3 frames (a trained model's rate). The per-utterance reference is
+timed on the first `--reference-utterances` utterances of each batch and scaled to the whole batch (it is
+a loop over utterances, so its time is linear in their number); its best hypotheses are checked to be the
+batched ones.
+
+    python benchmarks/beam.py            # full table
+    python benchmarks/beam.py --quick    # under a minute on a 2-core CPU
+
+The last line of output is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP: no spinning threads
+
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias, emission_rate  # noqa: E402
+from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig  # noqa: E402
+from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy  # noqa: E402
+from tests.reference.transducer_beam import alsd_decode, maes_decode  # noqa: E402
+
+SEARCHES = {"alsd": (AlsdBeamSearch, alsd_decode), "aes": (AesBeamSearch, maes_decode)}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer frames and repeats, a smaller reference sample")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--frames", type=int, default=250, help="encoder frames per utterance (250 = 20 s)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--beams", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--reference-utterances", type=int, default=2,
+                        help="utterances per batch the per-utterance reference decodes (time scaled to the batch)")
+    parser.add_argument("--vocab-size", type=int, default=256)
+    parser.add_argument("--hidden", type=int, default=320, help="encoder, prediction and joint width")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    if args.quick:
+        args.frames, args.repeats, args.reference_utterances = 60, 1, 1
+    return args
+
+
+def timed(decode, repeats: int, device: str):
+    """(median wall time in ms over `repeats` runs after one warm-up run, the last result)."""
+    result = decode()
+    times = []
+    for _ in range(repeats):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        result = decode()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times), result
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    model = TinyTransducer(vocab_size=args.vocab_size, encoder_dim=args.hidden, prediction_dim=args.hidden,
+                           joint_dim=args.hidden, seed=0)
+    blank_bias = calibrate_blank_bias(model, frames_per_label=3.0)
+    rate = emission_rate(model, frames=256, seed=1)
+    model = model.to(args.device)
+    greedy = LabelLoopingGreedy(model, GreedyConfig(use_cuda_graphs=False))
+
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for batch_size in args.batch_sizes:
+        encoder_output = torch.randn(batch_size, args.frames, args.hidden, generator=generator).to(args.device)
+        lengths = torch.randint(int(args.frames * 0.8), args.frames + 1, (batch_size,), generator=generator)
+        lengths[0] = args.frames
+        lengths = lengths.to(args.device)
+        greedy_ms, _ = timed(lambda: greedy(encoder_output, lengths), args.repeats, args.device)
+        sample = min(args.reference_utterances, batch_size)
+        for name, (search_class, reference) in SEARCHES.items():
+            for beam_size in args.beams:
+                config = BeamSearchConfig(beam_size=beam_size)
+                decoder = search_class(model, config)
+                batched_ms, hypotheses = timed(lambda: decoder(encoder_output, lengths), args.repeats, args.device)
+                start = time.perf_counter()
+                expected = reference(model, encoder_output[:sample].cpu(), lengths[:sample].cpu(), config)
+                reference_ms = (time.perf_counter() - start) * 1000 * batch_size / sample
+                got = hypotheses.to_list()[:sample]
+                if [h.tokens for h in got] != [e[0].tokens for e in expected]:
+                    raise SystemExit(f"{name} beam {beam_size} disagrees with the reference at batch {batch_size}")
+                rows.append({"batch_size": batch_size, "search": name, "beam_size": beam_size,
+                             "ms": round(batched_ms, 2), "greedy_ms": round(greedy_ms, 2),
+                             "reference_ms": round(reference_ms, 1),
+                             "x_greedy_time": round(batched_ms / greedy_ms, 2),
+                             "speedup_vs_reference": round(reference_ms / batched_ms, 1)})
+
+    print(f"transducer beam search (RNN-T), decoder only: {args.frames} frames, V={args.vocab_size}, "
+          f"hidden={args.hidden}, {rate:.3f} labels/frame (blank bias {blank_bias:.2f}), device {args.device}, "
+          f"{torch.get_num_threads()} threads; median of {args.repeats}")
+    print("time = batched beam search; x greedy = its time / label-looping greedy's; "
+          "x ref = per-utterance reference time / batched time")
+    header = f"{'B':>3} | {'search':>6} | {'beam':>4} | {'time ms':>9} | {'greedy ms':>9} | {'x greedy':>8} | " \
+             f"{'ref ms':>10} | {'x ref':>7}"
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        print(f"{row['batch_size']:>3} | {row['search']:>6} | {row['beam_size']:>4} | {row['ms']:>9.1f} | "
+              f"{row['greedy_ms']:>9.1f} | {row['x_greedy_time']:>7.2f}x | {row['reference_ms']:>10.0f} | "
+              f"{row['speedup_vs_reference']:>6.1f}x")
+    command = ("python benchmarks/beam.py " + " ".join(sys.argv[1:])).strip()
+    print(f"reproduce: {command}")
+    print(json.dumps({"benchmark": "beam", "command": command, "device": args.device,
+                      "machine": platform.machine(), "threads": torch.get_num_threads(), "frames": args.frames,
+                      "vocab_size": args.vocab_size, "hidden": args.hidden, "labels_per_frame": round(rate, 4),
+                      "reference_utterances": args.reference_utterances, "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
