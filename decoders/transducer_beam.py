@@ -185,9 +185,17 @@ class _TransducerBeamSearch:
         is_label = ((labels >= 0) & (labels != model.blank_id)).view(-1)
         prediction = state.prediction.index_select(0, flat_parents)
         predictor_state: PredictorState = model.select_states(state.predictor_state, flat_parents)
-        output, next_state = model.predict(torch.where(is_label, labels.view(-1), model.blank_id), predictor_state)
-        state.prediction = torch.where(is_label.unsqueeze(1), model.project_prediction(output), prediction)
-        model.replace_states_(predictor_state, next_state, is_label)
+        # run the prediction network only on the rows that got a label (often a third of them, or none);
+        # this reads the row count on the host, which eager decoding does every step anyway
+        label_rows = is_label.nonzero().squeeze(1)
+        if label_rows.numel() > 0:
+            output, next_state = model.predict(labels.view(-1).index_select(0, label_rows),
+                                               model.select_states(predictor_state, label_rows))
+            positions = (torch.cumsum(is_label, dim=0) - 1).clamp(min=0)  # row -> its place among label rows
+            output = model.project_prediction(output).index_select(0, positions)
+            prediction = torch.where(is_label.unsqueeze(1), output, prediction)
+            model.replace_states_(predictor_state, model.select_states(next_state, positions), is_label)
+        state.prediction = prediction
         state.predictor_state = predictor_state
         if self.lm is not None:
             lm_states = state.lm_states.index_select(0, flat_parents)
