@@ -245,3 +245,161 @@ def exhaustive_best(
     scores = {labels: p + lm_score(labels) + insertion_bonus * len(labels) for labels, p in totals.items()}
     best = max(scores, key=scores.get)
     return list(best), scores[best]
+
+
+# --- synthetic inputs shared by the tests and benchmarks/ctc.py -------------------------------------------
+def peaky_emissions(
+    batch_size: int,
+    frames: int,
+    num_labels: int,
+    blank_id: int,
+    seed: int = 0,
+    confident_blank_fraction: float = 0.6,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """log_probs [B, T, V] shaped like a trained CTC model's: label spikes of 1-2 frames, each followed by one
+    uncertain frame, separated by runs of confident blanks (p(blank) > 0.9, most > 0.999) that make up about
+    `confident_blank_fraction` of the frames. A third of the spikes have a close competitor label, so beam
+    search and LM fusion have decisions to make."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def uniform(low: float, high: float, *shape: int) -> Tensor:
+        return low + (high - low) * torch.rand(*shape, generator=generator, dtype=torch.float64)
+
+    non_blank = [v for v in range(num_labels) if v != blank_id]
+    log_v = math.log(max(num_labels, 2))
+    logits = torch.randn(batch_size, frames, num_labels, generator=generator, dtype=torch.float64)
+    # segments: a blank run (mean length chosen for the fraction), a spike of 1-2 frames, one uncertain frame
+    spike_frames = 1.5 + 1.0
+    mean_run = max(confident_blank_fraction * spike_frames / max(1.0 - confident_blank_fraction, 1e-6), 0.0)
+    for b in range(batch_size):
+        t = 0
+        while t < frames:
+            run = int(torch.poisson(torch.tensor([mean_run]), generator=generator).item())
+            for _ in range(run):
+                if t >= frames:
+                    break
+                logits[b, t, blank_id] += log_v + float(uniform(4.0, 12.0, 1))
+                t += 1
+            if t >= frames or not non_blank:
+                continue
+            label = non_blank[int(torch.randint(len(non_blank), (1,), generator=generator))]
+            rival = non_blank[int(torch.randint(len(non_blank), (1,), generator=generator))]
+            has_rival = float(uniform(0.0, 1.0, 1)) < 1 / 3
+            for _ in range(1 + int(float(uniform(0.0, 1.0, 1)) < 0.5)):
+                if t >= frames:
+                    break
+                boost = log_v + float(uniform(2.0, 8.0, 1))
+                logits[b, t, label] += boost
+                if has_rival:
+                    logits[b, t, rival] += boost - float(uniform(0.0, 1.5, 1))
+                logits[b, t, blank_id] += log_v + float(uniform(-4.0, 0.0, 1))
+                t += 1
+            if t < frames:  # the transition frame: blank likely but not confident
+                logits[b, t, blank_id] += log_v + float(uniform(0.0, 2.0, 1))
+                logits[b, t, label] += log_v + float(uniform(-1.0, 1.0, 1))
+                t += 1
+    return torch.log_softmax(logits, dim=-1).to(dtype)
+
+
+def random_bigram_arpa(
+    vocab_size: int, seed: int = 0, listed_per_context: int | None = None
+) -> tuple[dict[tuple[str | int, ...], tuple[float, float]], BigramLm]:
+    """A random token-level bigram LM, as ARPA n-grams and as the `BigramLm` with exactly the same scores.
+
+    N-gram keys hold token ids and the strings "<s>", "</s>", "<unk>"; values are (log10 prob, log10 backoff),
+    rounded to the 7 significant digits an ARPA file keeps, and the `BigramLm` is computed from the rounded
+    values with the backoff formula. `listed_per_context` limits each context's listed bigrams to its most
+    likely next words (the rest back off to unigrams); None lists every bigram.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    words = list(range(vocab_size)) + ["</s>"]
+    rounded = lambda x: float(f"{x:.7g}")  # noqa: E731
+
+    unigram = torch.softmax(torch.randn(vocab_size + 1, generator=generator, dtype=torch.float64), dim=0)
+    ngrams: dict[tuple, tuple[float, float]] = {("<unk>",): (-100.0, 0.0)}
+    unigram_log10 = [rounded(math.log10(float(p))) for p in unigram]
+    scores = torch.zeros(vocab_size + 1, vocab_size, dtype=torch.float64)
+    final = torch.zeros(vocab_size + 1, dtype=torch.float64)
+    contexts = ["<s>"] + list(range(vocab_size))
+    backoffs = {}
+    for row, context in enumerate(contexts):
+        conditional = torch.softmax(2.0 * torch.randn(vocab_size + 1, generator=generator, dtype=torch.float64), 0)
+        if listed_per_context is None or listed_per_context >= vocab_size + 1:
+            listed = list(range(vocab_size + 1))
+        else:
+            listed = conditional.topk(listed_per_context).indices.tolist()
+        listed_mass = float(conditional[listed].sum())
+        unigram_mass = float(unigram[listed].sum())
+        if len(listed) == vocab_size + 1:
+            backoff_log10 = 0.0
+        else:
+            backoff_log10 = rounded(math.log10((1.0 - listed_mass) / (1.0 - unigram_mass)))
+        backoffs[context] = backoff_log10
+        listed_log10 = {w: rounded(math.log10(float(conditional[w]))) for w in listed}
+        for w in range(vocab_size + 1):
+            log10 = listed_log10[w] if w in listed_log10 else backoff_log10 + unigram_log10[w]
+            if w < vocab_size:
+                scores[row, w] = log10 * math.log(10.0)
+            else:
+                final[row] = log10 * math.log(10.0)
+        for w, value in listed_log10.items():
+            ngrams[(context, words[w])] = (value, 0.0)
+    ngrams[("<s>",)] = (-99.0, backoffs["<s>"])
+    for w in range(vocab_size):
+        ngrams[(w,)] = (unigram_log10[w], backoffs[w])
+    ngrams[("</s>",)] = (unigram_log10[vocab_size], 0.0)
+    return ngrams, BigramLm(scores, final)
+
+
+def nemo_symbol(token: int) -> str:
+    """NeMo's token-level ARPA convention: token id i is the character chr(i + 100)."""
+    return chr(token + 100)
+
+
+def write_token_arpa(path, ngrams: dict[tuple, tuple[float, float]], symbol=nemo_symbol) -> None:
+    """Write n-grams from `random_bigram_arpa` as an ARPA file, tokens spelled by `symbol`, fields tab-separated
+    and every unigram with its backoff (pyctcdecode-style readers take unigrams only from 3-field lines)."""
+    by_order: dict[int, list[tuple]] = {}
+    for key in ngrams:
+        by_order.setdefault(len(key), []).append(key)
+    spell = lambda key: " ".join(w if isinstance(w, str) else symbol(w) for w in key)  # noqa: E731
+    with open(path, "w", encoding="utf-8", newline="\n") as out:
+        out.write("\\data\\\n")
+        for order in sorted(by_order):
+            out.write(f"ngram {order}={len(by_order[order])}\n")
+        for order in sorted(by_order):
+            out.write(f"\n\\{order}-grams:\n")
+            for key in by_order[order]:
+                log10_prob, log10_backoff = ngrams[key]
+                if order == 1 and key != ("</s>",):
+                    out.write(f"{log10_prob:.7g}\t{spell(key)}\t{log10_backoff:.7g}\n")
+                else:
+                    out.write(f"{log10_prob:.7g}\t{spell(key)}\n")
+        out.write("\n\\end\\\n")
+
+
+def sequence_score(
+    log_probs: Tensor, tokens: list[int], blank_id: int, lm: BigramLm | None = None, lm_weight: float = 0.0
+) -> float:
+    """Exact `log P(tokens | x)` (CTC forward algorithm over every alignment) plus
+    `lm_weight * log P_lm(tokens, </s>)`, for log_probs [T, V] of one utterance."""
+    if tokens:
+        nll = torch.nn.functional.ctc_loss(
+            log_probs.double().unsqueeze(1),
+            torch.tensor([tokens]),
+            torch.tensor([log_probs.shape[0]]),
+            torch.tensor([len(tokens)]),
+            blank=blank_id,
+            reduction="none",
+        )
+        acoustic = -float(nll)
+    else:
+        acoustic = float(log_probs[:, blank_id].double().sum())
+    if lm is None or lm_weight == 0.0:
+        return acoustic
+    state, lm_score = 0, 0.0
+    for token in tokens:
+        lm_score += lm.score(state, to_lm_label(token, blank_id))
+        state = lm.next_state(state, to_lm_label(token, blank_id))
+    return acoustic + lm_weight * (lm_score + float(lm.final[state]))
