@@ -1,4 +1,4 @@
-"""Decoder-only speed of batched transducer beam search: ALSD++ and AES++ at several beams, against
+"""Decoder-only speed of batched transducer beam search: ALSD++, AES++ and WIND beam at several beams, against
 label-looping greedy and against the per-utterance reference beam search (tests/reference/).
 
 Everything runs side by side in one process on the same random encoder output and the same tiny RNN-T,
@@ -31,16 +31,18 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias, emission_rate  # noqa: E402
-from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig  # noqa: E402
+from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig, WindBeamSearch  # noqa: E402
 from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy  # noqa: E402
 from tests.reference.transducer_beam import alsd_decode, maes_decode  # noqa: E402
 
-SEARCHES = {"alsd": (AlsdBeamSearch, alsd_decode), "aes": (AesBeamSearch, maes_decode)}
+# WIND beam gives AES++'s results (tests/decoders/test_transducer_beam.py), so its reference is mAES's
+SEARCHES = {"alsd": (AlsdBeamSearch, alsd_decode), "aes": (AesBeamSearch, maes_decode),
+            "wind": (WindBeamSearch, maes_decode)}
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer frames and repeats, a smaller reference sample")
+    parser.add_argument("--quick", action="store_true", help="40 frames, width and vocabulary 128, one repeat, one reference utterance")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--frames", type=int, default=250, help="encoder frames per utterance (250 = 20 s)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
@@ -50,10 +52,15 @@ def parse_args() -> argparse.Namespace:
                         help="utterances per batch the per-utterance reference decodes (time scaled to the batch)")
     parser.add_argument("--vocab-size", type=int, default=256)
     parser.add_argument("--hidden", type=int, default=320, help="encoder, prediction and joint width")
+    parser.add_argument("--window", type=int, default=8, help="WIND window W")
+    parser.add_argument("--blank-bias", type=float, default=None,
+                        help="set the blank bias instead of calibrating to one label per 3 frames "
+                             "(higher: more confident blanks, as a trained model)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     if args.quick:
-        args.frames, args.repeats, args.reference_utterances = 60, 1, 1
+        args.frames, args.repeats, args.reference_utterances = 40, 1, 1
+        args.hidden, args.vocab_size = 128, 128
     return args
 
 
@@ -77,7 +84,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model = TinyTransducer(vocab_size=args.vocab_size, encoder_dim=args.hidden, prediction_dim=args.hidden,
                            joint_dim=args.hidden, seed=0)
-    blank_bias = calibrate_blank_bias(model, frames_per_label=3.0)
+    if args.blank_bias is None:
+        blank_bias = calibrate_blank_bias(model, frames_per_label=3.0)
+    else:
+        model.set_blank_bias(args.blank_bias)
+        blank_bias = args.blank_bias
     rate = emission_rate(model, frames=256, seed=1)
     model = model.to(args.device)
     greedy = LabelLoopingGreedy(model, GreedyConfig(use_cuda_graphs=False))
@@ -93,7 +104,7 @@ def main() -> None:
         sample = min(args.reference_utterances, batch_size)
         for name, (search_class, reference) in SEARCHES.items():
             for beam_size in args.beams:
-                config = BeamSearchConfig(beam_size=beam_size)
+                config = BeamSearchConfig(beam_size=beam_size, window_size=args.window)
                 decoder = search_class(model, config)
                 batched_ms, hypotheses = timed(lambda: decoder(encoder_output, lengths), args.repeats, args.device)
                 start = time.perf_counter()
@@ -108,7 +119,7 @@ def main() -> None:
                              "x_greedy_time": round(batched_ms / greedy_ms, 2),
                              "speedup_vs_reference": round(reference_ms / batched_ms, 1)})
 
-    print(f"transducer beam search (RNN-T), decoder only: {args.frames} frames, V={args.vocab_size}, "
+    print(f"transducer beam search (RNN-T), decoder only: {args.frames} frames, WIND window {args.window}, V={args.vocab_size}, "
           f"hidden={args.hidden}, {rate:.3f} labels/frame (blank bias {blank_bias:.2f}), device {args.device}, "
           f"{torch.get_num_threads()} threads; median of {args.repeats}")
     print("time = batched beam search; x greedy = its time / label-looping greedy's; "
@@ -126,7 +137,8 @@ def main() -> None:
     print(json.dumps({"benchmark": "beam", "command": command, "device": args.device,
                       "machine": platform.machine(), "threads": torch.get_num_threads(), "frames": args.frames,
                       "vocab_size": args.vocab_size, "hidden": args.hidden, "labels_per_frame": round(rate, 4),
-                      "reference_utterances": args.reference_utterances, "rows": rows}))
+                      "reference_utterances": args.reference_utterances, "window": args.window,
+                      "blank_bias": round(blank_bias, 3), "rows": rows}))
 
 
 if __name__ == "__main__":

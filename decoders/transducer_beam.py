@@ -1,4 +1,4 @@
-"""Batched beam search for RNN-T and TDT: ALSD++ and AES++, with n-gram LM shallow fusion.
+"""Batched beam search for RNN-T and TDT: ALSD++, AES++ and WIND beam, with n-gram LM shallow fusion.
 
 - `AlsdBeamSearch`: alignment-length synchronous decoding (Saon et al., 2020) in the batched form of ALSD++
   (Grigoryan et al., 2025, "Pushing the Limits of Beam Search Decoding for Transducer-based ASR Models"):
@@ -9,8 +9,11 @@
   (same paper): frame-synchronous, with prefix search at each frame, at most `expansion_steps` label
   expansions per frame, `expansion_beta` extra candidates per hypothesis and pruning by value
   (`expansion_gamma`). RNN-T only for now.
-- WIND beam search is not here yet (issue 5): a first design, where each hypothesis jumps over blank frames
-  on its own, let hypotheses that lag behind in time push finished ones out of the beam.
+- `WindBeamSearch`: AES++ with windowed non-blank detection (after WIND, Xu et al., 2025): one joint call on
+  a window of W frames finds, per utterance, the run of frames on which AES++ would only add blank to every
+  hypothesis, and the search moves over them without the prediction network; results equal AES++'s. RNN-T.
+  (A first design in which each hypothesis jumped over blank frames on its own was dropped: hypotheses
+  lagging behind in time pushed finished ones out of the beam.)
 
 The hypotheses live in a `BeamTree` (labels with parent pointers, rolling hashes); the result is the best
 hypothesis per utterance by `score / (non_blank_length + 1)` (NeMo's choice) or by raw score.
@@ -32,7 +35,7 @@ LM fusion (`lm_weight` = alpha, an LM over the non-blank labels, natural-log sco
 There is no end-of-sentence LM score (as in NeMo's transducer beam search).
 
 Dims: B batch, T frames, D encoder features, H joint hidden, V labels with blank, N durations, K beam,
-E candidates per hypothesis.
+E candidates per hypothesis, W window.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ class BeamSearchConfig:
     expansion_steps: int = 2  # AES: label expansions per frame (NeMo's maes_num_steps)
     expansion_beta: int = 2  # AES: candidates per hypothesis beyond beam_size (maes_expansion_beta)
     expansion_gamma: float = 2.3  # AES: prune candidates this far below a hypothesis's best (maes_expansion_gamma)
+    window_size: int = 8  # WIND: frames whose joint is evaluated at once to find blank-only frames
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -77,6 +81,8 @@ class BeamSearchConfig:
             raise ValueError(f"expansion_steps must be >= 1, got {self.expansion_steps}")
         if self.expansion_beta < 0:
             raise ValueError(f"expansion_beta must be >= 0, got {self.expansion_beta}")
+        if self.window_size < 1:
+            raise ValueError(f"window_size must be >= 1, got {self.window_size}")
 
 
 class _BeamState:
@@ -305,19 +311,32 @@ class AesBeamSearch(_TransducerBeamSearch):
     supports_tdt = False
 
     def _search(self, state: _BeamState) -> None:
-        max_length = int(state.encoder_lengths.max())
-        for frame in range(max_length):
-            self._frame(state, frame)
+        frames = torch.zeros_like(state.encoder_lengths.squeeze(1))  # [B] each utterance's current frame
+        while True:
+            needs_frame = self._skip_blank_frames_(state, frames)
+            decoding = frames < state.encoder_lengths.squeeze(1)
+            if not bool(decoding.any()):
+                break
+            decoding &= needs_frame
+            if bool(decoding.any()):
+                self._frame(state, frames, decoding)
+                frames += decoding
 
-    def _frame(self, state: _BeamState, frame: int) -> None:
+    def _skip_blank_frames_(self, state: _BeamState, frames: Tensor) -> Tensor:
+        """WIND beam search moves utterances over frames on which search would only add blank; -> [B] the
+        utterances that need a full frame of search now."""
+        return torch.ones_like(frames, dtype=torch.bool)
+
+    def _frame(self, state: _BeamState, frame: Tensor, decoding: Tensor) -> None:
+        """One frame of search for the utterances in `decoding` [B], each on its own `frame` [B]."""
         tree, model, config = state.tree, self.model, self.config
         batch_size, beam_size = state.batch_size, config.beam_size
         blank = model.blank_id
-        frames = torch.full_like(tree.next_frames, frame)
-        updating = (state.encoder_lengths > frame) & (tree.scores > NEG_INF)  # [B, K]
+        frames = frame.unsqueeze(1).expand(batch_size, beam_size)
+        updating = decoding.unsqueeze(1) & (tree.scores > NEG_INF)  # [B, K]
         log_probs, fused = self._label_scores(state, self._joint(state, frames, state.beam_view(state.prediction)))
         if beam_size > 1:
-            self._prefix_search_(state, fused, updating)
+            tree.scores = torch.where(updating, self._through_prefixes(tree, fused), tree.scores)
 
         for _ in range(config.expansion_steps):
             if not bool(updating.any()):
@@ -345,25 +364,23 @@ class AesBeamSearch(_TransducerBeamSearch):
                 state, self._joint(state, frames, state.beam_view(state.prediction)))
 
         if bool(updating.any()):  # out of expansions: blank ends the frame
-            parents = tree._beam_range.expand(batch_size, beam_size)
+            parents = torch.arange(beam_size, device=frames.device).expand(batch_size, beam_size)
             labels = torch.where(updating, blank, NO_LABEL)
             scores = torch.where(updating, tree.scores + fused[..., blank], tree.scores)
             self._append_(state, parents, labels, scores, frames, frames + 1)
 
     @staticmethod
-    def _prefix_search_(state: _BeamState, fused: Tensor, updating: Tensor) -> None:
-        """Add to each hypothesis y = x + (a) the probability of reaching it from hypothesis x in the beam by
-        emitting a on this frame: score(y) = logaddexp(score(y), score(x) + fused_x(a)), using the scores
-        from before this update for every x (NeMo's batched form of prefix search)."""
-        tree = state.tree
+    def _through_prefixes(tree: BeamTree, fused: Tensor) -> Tensor:
+        """Prefix search: each hypothesis y = x + (a) also gets the probability of reaching it from hypothesis
+        x in the beam by emitting a on this frame: logaddexp(score(y), score(x) + fused_x(a)), with the
+        scores from before this update for every x (NeMo's batched form). fused [B, K, V] -> scores [B, K]."""
         has_prefix = tree.non_blank_lengths > 0
         is_prefix = (tree.hashes.unsqueeze(1) == tree.prefix_hashes.unsqueeze(2)) & has_prefix.unsqueeze(2)
         # [B, K(y), K(x)]: score of x plus x's fused score of y's last label
         last = tree.last_labels.clamp(min=0)
         extension = fused.gather(2, last.unsqueeze(1).expand(-1, last.shape[1], -1)).transpose(1, 2)
         extension = torch.where(is_prefix, tree.scores.unsqueeze(1) + extension, NEG_INF)
-        through_prefix = torch.logsumexp(extension, dim=2)
-        tree.scores = torch.where(updating, torch.logaddexp(tree.scores, through_prefix), tree.scores)
+        return torch.logaddexp(tree.scores, torch.logsumexp(extension, dim=2))
 
     @staticmethod
     def _remove_duplicates(tree: BeamTree, labels: Tensor, scores: Tensor) -> Tensor:
@@ -381,3 +398,48 @@ class AesBeamSearch(_TransducerBeamSearch):
         best, best_index = group.max(dim=2)
         keep = best_index == torch.arange(scores.shape[1], device=scores.device)
         return torch.where(keep, best, NEG_INF).view_as(labels)
+
+
+class WindBeamSearch(AesBeamSearch):
+    """AES++ that moves each utterance over blank frames with a WIND window (RNN-T); same results as AES++.
+
+    On a frame where, for every hypothesis of an utterance, blank is the only candidate that survives AES's
+    pruning by value, the frame's whole outcome is prefix search plus a blank for every hypothesis, and the
+    prediction network is not needed. One joint call over W frames (the prediction output does not change
+    over blanks, as in WIND greedy) finds the run of such frames, which is then applied with small [B, K]
+    updates; the first frame where some hypothesis may emit a label gets a full AES++ frame. With a model
+    that is confident about blanks most frames are skipped this way.
+    """
+
+    def _skip_blank_frames_(self, state: _BeamState, frames: Tensor) -> Tensor:
+        tree, config = state.tree, self.config
+        blank, window = self.model.blank_id, config.window_size
+        lengths = state.encoder_lengths.squeeze(1)
+        skipping = frames < lengths  # [B]
+        if not bool(skipping.any()):
+            return ~skipping
+        window_frames = frames.unsqueeze(1) + torch.arange(window, device=frames.device)  # [B, W]
+        inside = window_frames < lengths.unsqueeze(1)
+        prediction = state.beam_view(state.prediction).unsqueeze(2)  # [B, K, 1, H]
+        log_probs, fused = self._label_scores(
+            state, self._joint(state, window_frames.unsqueeze(1).expand(-1, config.beam_size, -1), prediction))
+        ranking = log_probs if config.pruning == "early" else fused  # [B, K, W, V]
+        candidates = min(config.beam_size + config.expansion_beta, self.num_labels)
+        live = tree.scores > NEG_INF
+        for offset in range(window):
+            skipping &= inside[:, offset]
+            if not bool(skipping.any()):
+                break
+            scores = tree.scores
+            if config.beam_size > 1:
+                scores = self._through_prefixes(tree, fused[:, :, offset])
+            # blank alone survives pruning: it ranks first and the runner-up is pruned (as AES computes it)
+            ranked, labels = _top(scores.unsqueeze(-1) + ranking[:, :, offset], min(2, candidates))
+            only_blank = labels[..., 0] == blank
+            if candidates > 1:
+                only_blank &= ranked[..., 1] <= ranked[..., 0] - config.expansion_gamma
+            skipping &= (only_blank | ~live).all(dim=1)
+            moving = skipping.unsqueeze(1) & live
+            tree.scores = torch.where(moving, scores + fused[:, :, offset, blank], tree.scores)
+            frames += skipping
+        return ~skipping  # still skipping after the whole window: look at the next window first

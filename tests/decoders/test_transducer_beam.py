@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from decoders.hypotheses import BatchedHypotheses
 from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias
-from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig
+from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig, WindBeamSearch
 from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
 from tests.reference.fake_lm import BigramLm
 from tests.reference.transducer_beam import alsd_decode, maes_decode
@@ -34,6 +34,8 @@ def tiny_model(kind: str, regime: str = "realistic") -> TinyTransducer:
                            durations=DURATION_SETS[kind], seed=len(kind) + 11)
     if regime == "realistic":
         calibrate_blank_bias(model, frames_per_label=2.5)
+    elif regime == "quiet":  # confident about blank on most frames, as a trained model is
+        model.set_blank_bias(3.0)
     return model.double()
 
 
@@ -130,6 +132,54 @@ def test_aes_with_lm_fusion_matches_reference(case, mode, lm_weight):
     assert_agree(batched, maes_decode(model, encoder_output, lengths, config, lm), beam_size)
 
 
+def assert_same_hypotheses(got: BatchedHypotheses, expected: BatchedHypotheses) -> None:
+    for a, b in zip(got.nbest.to_list(), expected.nbest.to_list()):
+        assert (a.tokens, a.frame_indices) == (b.tokens, b.frame_indices)
+        assert a.score == pytest.approx(b.score, abs=1e-9) or a.score == b.score == -math.inf
+
+
+@SETTINGS
+@given(cases(kinds=("rnnt",), max_frames=30), st.sampled_from(["realistic", "quiet"]),
+       st.sampled_from([None] + FUSION_MODES), st.integers(1, 12))
+def test_wind_beam_equals_aes(case, regime, mode, window):
+    _, encoder_output, lengths, beam_size, _, normalize = case
+    pruning, scoring = mode or ("late", "weighted")
+    config = BeamSearchConfig(beam_size=beam_size, lm_weight=0.5, pruning=pruning, blank_lm_scoring=scoring,
+                              length_normalization=normalize, window_size=window, return_nbest=True)
+    model, lm = tiny_model("rnnt", regime), (bigram_lm(2) if mode else None)
+    assert_same_hypotheses(WindBeamSearch(model, config, lm)(encoder_output, lengths),
+                           AesBeamSearch(model, config, lm)(encoder_output, lengths))
+
+
+class CountingModel:
+    """A model wrapper that counts prediction-network rows and joint calls."""
+
+    def __init__(self, model):
+        self.model, self.predicted_rows, self.joint_calls = model, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def predict(self, labels, state):
+        self.predicted_rows += labels.numel()
+        return self.model.predict(labels, state)
+
+    def joint_after_projection(self, encoder_projected, prediction_projected):
+        self.joint_calls += 1
+        return self.model.joint_after_projection(encoder_projected, prediction_projected)
+
+
+def test_wind_beam_skips_blank_frames_of_a_blank_confident_model():
+    encoder_output, lengths = random_inputs(4, 60, seed=12, lengths=[60, 41, 60, 7])
+    config = BeamSearchConfig(beam_size=4, window_size=8, return_nbest=True)
+    aes_model, wind_model = CountingModel(tiny_model("rnnt", "quiet")), CountingModel(tiny_model("rnnt", "quiet"))
+    expected = AesBeamSearch(aes_model, config)(encoder_output, lengths)
+    got = WindBeamSearch(wind_model, config)(encoder_output, lengths)
+    assert_same_hypotheses(got, expected)
+    assert sum(len(h.tokens) for h in got.to_list()) > 0
+    assert wind_model.joint_calls < aes_model.joint_calls / 3
+
+
 @pytest.mark.parametrize("kind", sorted(DURATION_SETS))
 @pytest.mark.parametrize("regime", ["realistic", "chatty"])
 def test_alsd_beam_one_is_greedy(kind, regime):
@@ -214,6 +264,10 @@ def test_bad_inputs_and_configs_are_named():
         BeamSearchConfig(blank_lm_scoring="full")
     with pytest.raises(ValueError, match="RNN-T only"):
         AesBeamSearch(tiny_model("tdt01234"), BeamSearchConfig())
+    with pytest.raises(ValueError, match="RNN-T only"):
+        WindBeamSearch(tiny_model("tdt01234"), BeamSearchConfig())
+    with pytest.raises(ValueError, match="window_size"):
+        BeamSearchConfig(window_size=0)
     with pytest.raises(ValueError, match="vocab_size"):
         AlsdBeamSearch(tiny_model("rnnt"), BeamSearchConfig(), BigramLm.random(VOCAB_SIZE + 1))
 
