@@ -1,0 +1,161 @@
+"""Parquet output, exactly once, by loopscribe's own commit protocol.
+
+The output is a folder (local or any fsspec URI) of Parquet parts with `schema.OUTPUT_SCHEMA`, plus
+`_config.json` (how the results were made), `_summary.json` and `_SUCCESS` when the job ends. The metadata
+files start with "_" so Parquet readers (pyarrow, pandas, Spark, DuckDB) skip them: `pd.read_parquet(output)`
+reads the transcripts.
+
+Why not Ray Data's checkpointing: it needs a plan that starts with a Ray read and ids that survive every
+stage, and keeps its own state beside the data; this protocol needs only the output folder, works the same
+with or without Ray, and a user can see what is committed by listing files.
+
+The protocol:
+1. A part is named by its content, `part-<sha1 of its sorted utterance ids>.parquet`, and appears whole or
+   not at all: written to a hidden temporary name and renamed on a local disk; a single PUT on object stores
+   (an object is visible only once complete). A retried task rewrites the same name with the same rows.
+2. A rerun first reads the `utterance_id` column of every committed part and skips those rows, so a job
+   killed at any point and run again processes only the unfinished rows.
+3. At the end, `deduplicate` removes any row that two parts hold (possible only if Ray re-ran an upstream task
+   that batched rows differently), then `_SUCCESS` is written. Every input row is then in exactly one part.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import schema
+
+PART_PREFIX = "part-"
+CONFIG_FILE = "_config.json"
+SUMMARY_FILE = "_summary.json"
+SUCCESS_FILE = "_SUCCESS"
+
+
+def _filesystem(output_uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    return fsspec.core.url_to_fs(output_uri)
+
+
+def _is_local(filesystem: fsspec.AbstractFileSystem) -> bool:
+    protocol = filesystem.protocol
+    return "file" in (protocol if isinstance(protocol, (tuple, list)) else (protocol,))
+
+
+def to_output_table(rows: dict[str, Any] | pa.Table) -> pa.Table:
+    """Columns (lists or arrays) or a table -> a table with exactly `OUTPUT_SCHEMA`; missing columns are null."""
+    if isinstance(rows, pa.Table):
+        rows = {name: rows.column(name) for name in rows.column_names}
+    length = len(next(iter(rows.values()))) if rows else 0
+    arrays = []
+    for field in schema.OUTPUT_SCHEMA:
+        values = rows.get(field.name)
+        if values is None:
+            arrays.append(pa.nulls(length, field.type))
+        elif isinstance(values, (pa.Array, pa.ChunkedArray)):
+            arrays.append(values.cast(field.type))
+        else:
+            arrays.append(pa.array(list(values), type=field.type))
+    return pa.Table.from_arrays(arrays, schema=schema.OUTPUT_SCHEMA)
+
+
+def part_name(utterance_ids: Iterable[str]) -> str:
+    digest = hashlib.sha1("\n".join(sorted(utterance_ids)).encode()).hexdigest()
+    return f"{PART_PREFIX}{digest[:24]}.parquet"
+
+
+def write_part(output_uri: str, table: pa.Table) -> str:
+    """Commit one part atomically (see the module docstring) and return its name."""
+    filesystem, root = _filesystem(output_uri)
+    name = part_name(table.column(schema.UTTERANCE_ID).to_pylist())
+    final = f"{root.rstrip('/')}/{name}"
+    filesystem.makedirs(root, exist_ok=True)
+    if _is_local(filesystem):
+        temporary = f"{root.rstrip('/')}/.tmp-{uuid.uuid4().hex}.parquet"
+        pq.write_table(table, temporary)
+        os.replace(temporary, final)
+    else:
+        with filesystem.open(final, "wb") as handle:
+            pq.write_table(table, handle)
+    return name
+
+
+def list_parts(output_uri: str) -> list[str]:
+    filesystem, root = _filesystem(output_uri)
+    if not filesystem.exists(root):
+        return []
+    return sorted(path for path in filesystem.ls(root, detail=False)
+                  if path.rsplit("/", 1)[-1].startswith(PART_PREFIX) and path.endswith(".parquet"))
+
+
+def committed_ids(output_uri: str) -> set[str]:
+    """The utterance ids already committed under `output_uri` (reads one column of each part)."""
+    filesystem, _ = _filesystem(output_uri)
+    done: set[str] = set()
+    for path in list_parts(output_uri):
+        with filesystem.open(path, "rb") as handle:
+            done.update(pq.read_table(handle, columns=[schema.UTTERANCE_ID]).column(0).to_pylist())
+    return done
+
+
+def deduplicate(output_uri: str) -> int:
+    """Rewrite parts so that no utterance id appears twice (the first part in name order keeps it).
+
+    Returns how many duplicate rows were removed; 0 (the usual case) rewrites nothing.
+    """
+    filesystem, _ = _filesystem(output_uri)
+    seen: set[str] = set()
+    removed = 0
+    for path in list_parts(output_uri):
+        with filesystem.open(path, "rb") as handle:
+            ids = pq.read_table(handle, columns=[schema.UTTERANCE_ID]).column(0).to_pylist()
+        duplicate = [i in seen for i in ids]
+        seen.update(ids)
+        if not any(duplicate):
+            continue
+        with filesystem.open(path, "rb") as handle:
+            table = pq.read_table(handle)
+        kept = table.filter(pa.array([not d for d in duplicate]))
+        removed += table.num_rows - kept.num_rows
+        if kept.num_rows:
+            write_part(output_uri, kept)
+        filesystem.rm(path)
+    return removed
+
+
+def write_json(output_uri: str, name: str, payload: dict[str, Any]) -> None:
+    filesystem, root = _filesystem(output_uri)
+    filesystem.makedirs(root, exist_ok=True)
+    with filesystem.open(f"{root.rstrip('/')}/{name}", "w") as handle:
+        json.dump(payload, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+
+
+def mark_success(output_uri: str, summary: dict[str, Any]) -> None:
+    """Write the summary, then the `_SUCCESS` marker (last, so its presence means the output is complete)."""
+    write_json(output_uri, SUMMARY_FILE, summary)
+    filesystem, root = _filesystem(output_uri)
+    with filesystem.open(f"{root.rstrip('/')}/{SUCCESS_FILE}", "w") as handle:
+        handle.write("")
+
+
+def is_complete(output_uri: str) -> bool:
+    filesystem, root = _filesystem(output_uri)
+    return filesystem.exists(f"{root.rstrip('/')}/{SUCCESS_FILE}")
+
+
+def read_output(output_uri: str) -> pa.Table:
+    """Every committed row (for tests and small outputs)."""
+    filesystem, _ = _filesystem(output_uri)
+    tables = []
+    for path in list_parts(output_uri):
+        with filesystem.open(path, "rb") as handle:
+            tables.append(pq.read_table(handle))
+    return pa.concat_tables(tables) if tables else schema.OUTPUT_SCHEMA.empty_table()

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+
+from pipeline import schema
+from pipeline.sink import (
+    committed_ids,
+    deduplicate,
+    is_complete,
+    list_parts,
+    mark_success,
+    part_name,
+    read_output,
+    to_output_table,
+    write_part,
+)
+
+
+def rows(ids, text="hi"):
+    return to_output_table({
+        schema.UTTERANCE_ID: ids,
+        schema.TEXT: [f"{text} {i}" for i in ids],
+        schema.WORDS: [[{"word": text, "start": 0.0, "end": 0.5, "confidence": 0.9}] for _ in ids],
+        schema.STATUS: [schema.STATUS_OK] * len(ids),
+    })
+
+
+def test_parts_are_named_by_content_and_rewrites_are_idempotent(tmp_path):
+    output = str(tmp_path / "out")
+    first = write_part(output, rows(["b", "a"]))
+    assert first == part_name(["a", "b"])
+    assert write_part(output, rows(["a", "b"])) == first  # a retried task: same name, nothing added
+    write_part(output, rows(["c"]))
+    assert len(list_parts(output)) == 2
+    assert committed_ids(output) == {"a", "b", "c"}
+    assert not any(p.name.startswith(".tmp") for p in (tmp_path / "out").iterdir())
+
+
+def test_output_reads_back_with_schema_and_words(tmp_path):
+    output = str(tmp_path / "out")
+    write_part(output, rows(["x", "y"]))
+    mark_success(output, {"rows_ok": 2})
+    table = read_output(output)
+    assert table.schema == schema.OUTPUT_SCHEMA
+    assert sorted(table.column(schema.UTTERANCE_ID).to_pylist()) == ["x", "y"]
+    assert table.column(schema.WORDS).to_pylist()[0] == [
+        {"word": "hi", "start": 0.0, "end": 0.5, "confidence": 0.8999999761581421}]
+    # plain Parquet readers see the transcripts and skip the metadata files
+    assert pq.read_table(output).num_rows == 2
+    assert is_complete(output)
+    assert json.loads((tmp_path / "out" / "_summary.json").read_text()) == {"rows_ok": 2}
+
+
+def test_deduplicate_leaves_every_row_once(tmp_path):
+    output = str(tmp_path / "out")
+    write_part(output, rows(["a", "b", "c"]))
+    write_part(output, rows(["c", "d"]))  # "c" twice, as a re-batched retry could produce
+    write_part(output, rows(["e"]))
+    assert deduplicate(output) == 1
+    ids = read_output(output).column(schema.UTTERANCE_ID).to_pylist()
+    assert sorted(ids) == ["a", "b", "c", "d", "e"]
+    assert deduplicate(output) == 0
+
+
+def test_missing_output_has_nothing_committed(tmp_path):
+    assert committed_ids(str(tmp_path / "none")) == set()
+    assert read_output(str(tmp_path / "none")).num_rows == 0
