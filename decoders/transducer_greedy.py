@@ -9,6 +9,16 @@
 - `FrameLoopingGreedy`: the conventional batched baseline (label-looping paper, Algorithm 2): loop over frames,
   and on each frame over labels, running the joint and the prediction network for the whole batch.
 
+Shallow fusion with a label-level LM (`LabelLoopingGreedy(model, config, lm=...)`, `config.lm_weight`), as NeMo
+defines it for greedy transducer decoding: the plain argmax over all labels decides blank or not; when it is
+not blank, the label is re-picked among the non-blank labels by `logits + lm_weight * lm_scores`. The re-pick
+uses the joint's raw logits, as NeMo does on a GPU (on the CPU NeMo's joint returns log-probs): both give the
+same label, since log-softmax shifts every label of a row by the same constant. LM states advance only on
+emitted labels; blanks and durations are untouched. `token_scores` stay the joint's log-probability of each
+emitted label, and `scores` add `lm_weight` times the LM log-probability of each emitted label (no
+end-of-sentence term, as in NeMo's transducer decoders). The LM needs `blank_id == vocab_size` (NeMo's
+layout), so that LM label i is model label i.
+
 Both follow NeMo's rules, so they give NeMo's `greedy_batch` tokens: blank is fed first; a blank moves
 `max(duration, 1)` frames (RNN-T: 1); a label stays on its frame (RNN-T) or moves `duration` frames (TDT, any
 duration set), even past the end; after `max_symbols` labels in a row on one frame, the frame moves on.
@@ -24,7 +34,7 @@ import torch
 from torch import Tensor
 
 from decoders.hypotheses import BatchedHypotheses
-from decoders.protocols import PredictorState, TransducerModel
+from decoders.protocols import LanguageModel, PredictorState, TransducerModel
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,7 @@ class GreedyConfig:
     max_symbols: int = 10  # labels per frame before the frame is forced on (NeMo's max_symbols)
     window_size: int = 1  # WIND window W; 1 is plain label looping
     use_cuda_graphs: bool = True  # replay CUDA graphs of the loop bodies when decoding on a GPU
+    lm_weight: float = 0.0  # shallow-fusion weight of the LM passed to the decoder (NeMo's ngram_lm_alpha)
 
     def __post_init__(self) -> None:
         if self.max_symbols < 1:
@@ -65,13 +76,28 @@ def _label_scores(logits: Tensor, num_labels: int) -> tuple[Tensor, Tensor]:
     return best_logits - torch.logsumexp(label_logits, dim=-1), labels
 
 
+def _fused_label_scores(logits: Tensor, num_labels: int, lm_term: Tensor) -> tuple[Tensor, Tensor]:
+    """Like `_label_scores`, with a non-blank winner re-picked by `logits + lm_term` (blank is the last label).
+
+    logits [..., V (+N)], lm_term [..., V - 1] (lm_weight * LM scores) -> (the joint's log-probability of the
+    chosen label, chosen label), both [...].
+    """
+    label_logits = logits[..., :num_labels]
+    _, labels = label_logits.max(dim=-1)  # the same call as `_label_scores`: the same blank decision on ties
+    fused_labels = (label_logits[..., : num_labels - 1] + lm_term).argmax(dim=-1)
+    labels = torch.where(labels == num_labels - 1, labels, fused_labels)
+    chosen = label_logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    return chosen - torch.logsumexp(label_logits, dim=-1), labels
+
+
 class _LoopState:
     """Every tensor the label-looping loop reads or writes, preallocated so CUDA graphs can replay over it.
 
     All per-utterance vectors are [B]; `encoder_projected` is [B, T, H].
     """
 
-    def __init__(self, model: TransducerModel, encoder_projected: Tensor, hypotheses_capacity: int) -> None:
+    def __init__(self, model: TransducerModel, encoder_projected: Tensor, hypotheses_capacity: int,
+                 lm: LanguageModel | None = None) -> None:
         batch_size, max_time, _ = encoder_projected.shape
         device, dtype = encoder_projected.device, encoder_projected.dtype
         long = dict(dtype=torch.long, device=device)
@@ -96,14 +122,26 @@ class _LoopState:
         self.predictor_state = model.initial_state(batch_size, device, dtype)
         self.hypotheses = BatchedHypotheses(batch_size, hypotheses_capacity, device, dtype,
                                             with_durations=len(model.durations) > 0)
+        # shallow fusion: each row's LM state, and the LM's scores and next states for every label from it
+        self.lm_states = torch.zeros(batch_size if lm is not None else 0, **long)
+        vocab = lm.vocab_size if lm is not None else 0
+        self.lm_scores = torch.zeros(self.lm_states.shape[0], vocab, dtype=dtype, device=device)  # [B, V - 1]
+        self.lm_next_states = torch.zeros(self.lm_states.shape[0], vocab, **long)  # [B, V - 1]
 
 
 class LabelLoopingGreedy:
     """Label-looping greedy search for RNN-T and TDT, optionally with a WIND window (see module docstring)."""
 
-    def __init__(self, model: TransducerModel, config: GreedyConfig = GreedyConfig()) -> None:
+    def __init__(self, model: TransducerModel, config: GreedyConfig = GreedyConfig(),
+                 lm: LanguageModel | None = None) -> None:
+        if lm is not None:
+            if lm.vocab_size != model.vocab_size:
+                raise ValueError(f"the LM's vocab_size {lm.vocab_size} must equal the model's {model.vocab_size}")
+            if model.blank_id != model.vocab_size:
+                raise ValueError(f"LM fusion needs blank_id == vocab_size (NeMo's layout), got {model.blank_id}")
         self.model = model
         self.config = config
+        self.lm = lm
         self.num_labels = model.vocab_size + 1
         self.is_tdt = len(model.durations) > 0
         self._durations_cache: dict[torch.device, Tensor] = {}
@@ -115,6 +153,8 @@ class LabelLoopingGreedy:
         """encoder_output [B, T, D], encoder_lengths [B] -> the greedy hypothesis of each utterance."""
         check_encoder_inputs(encoder_output, encoder_lengths)
         encoder_lengths = encoder_lengths.to(device=encoder_output.device, dtype=torch.long)
+        if self.lm is not None and hasattr(self.lm, "to"):
+            self.lm = self.lm.to(encoder_output.device)  # an NgramLm moves once and is kept there
         if self.config.use_cuda_graphs and encoder_output.is_cuda and encoder_output.shape[0] > 0:
             if self._graphs is None:
                 self._graphs = _CudaGraphsRunner(self)
@@ -131,7 +171,7 @@ class LabelLoopingGreedy:
         max_time = encoder_output.shape[1]
         encoder_projected = self.model.project_encoder(encoder_output)
         # one label per utterance per outer iteration: start small and grow between iterations (no sync)
-        state = _LoopState(self.model, encoder_projected, hypotheses_capacity=max_time + 1)
+        state = _LoopState(self.model, encoder_projected, hypotheses_capacity=max_time + 1, lm=self.lm)
         state.encoder_lengths.copy_(encoder_lengths)
         self._start(state)
         outer_iterations = 0
@@ -156,6 +196,20 @@ class LabelLoopingGreedy:
         for buffer, value in zip(state.predictor_state, predictor_state):
             buffer.copy_(value)
         state.hypotheses.reset_()
+        if self.lm is not None:
+            state.lm_states.copy_(self.lm.initial_states(state.batch_size))
+            self._advance_lm(state)
+
+    def _advance_lm(self, state: _LoopState) -> None:
+        """The LM's scores and next states of every label from each row's current LM state."""
+        lm_scores, lm_next_states = self.lm.advance(state.lm_states)
+        state.lm_scores.copy_(lm_scores)
+        state.lm_next_states.copy_(lm_next_states)
+
+    def _lm_term(self, state: _LoopState) -> Tensor | None:
+        if self.lm is None:
+            return None
+        return self.config.lm_weight * state.lm_scores  # [B, V - 1]
 
     def _first_search(self, state: _LoopState) -> None:
         state.active_before.copy_(state.active)
@@ -178,7 +232,11 @@ class LabelLoopingGreedy:
             frames = torch.minimum(state.time, state.last_frames)
             logits = self.model.joint_after_projection(
                 state.encoder_projected[state.batch_indices, frames], state.prediction)  # [B, V (+N)]
-            scores, labels = _label_scores(logits, self.num_labels)
+            lm_term = self._lm_term(state)
+            if lm_term is None:
+                scores, labels = _label_scores(logits, self.num_labels)
+            else:
+                scores, labels = _fused_label_scores(logits, self.num_labels, lm_term)
             is_blank = labels == self.model.blank_id
             if self.is_tdt:
                 durations = self._durations_on(logits.device)[logits[:, self.num_labels:].argmax(dim=-1)]
@@ -214,7 +272,11 @@ class LabelLoopingGreedy:
             state.encoder_projected[state.batch_indices.unsqueeze(1), frames],  # [B, W, H]
             state.prediction.unsqueeze(1),
         )  # [B, W, V (+N)]
-        scores, labels = _label_scores(logits, self.num_labels)  # [B, W]
+        lm_term = self._lm_term(state)
+        if lm_term is None:
+            scores, labels = _label_scores(logits, self.num_labels)  # [B, W]
+        else:  # the LM state is the same on every frame of the window: no label is emitted inside it
+            scores, labels = _fused_label_scores(logits, self.num_labels, lm_term.unsqueeze(1))  # [B, W]
         is_label = (labels != self.model.blank_id) & inside
         if self.is_tdt:
             durations = self._durations_on(logits.device)[logits[..., self.num_labels:].argmax(dim=-1)]  # [B, W]
@@ -247,6 +309,13 @@ class LabelLoopingGreedy:
         torch.where(state.found.unsqueeze(1), self.model.project_prediction(prediction), state.prediction,
                     out=state.prediction)
         self.model.replace_states_(state.predictor_state, predictor_state, state.found)
+        if self.lm is not None:
+            emitted = torch.where(state.found, state.labels, 0).unsqueeze(1)
+            lm_label_scores = state.lm_scores.gather(1, emitted).squeeze(1)
+            state.hypotheses.scores += torch.where(state.found, self.config.lm_weight * lm_label_scores, 0.0)
+            torch.where(state.found, state.lm_next_states.gather(1, emitted).squeeze(1), state.lm_states,
+                        out=state.lm_states)
+            self._advance_lm(state)
         # after max_symbols labels in a row on the current frame, move one frame on
         hypotheses = state.hypotheses
         forced = state.found & state.active & (hypotheses.last_frame == state.time)
@@ -273,7 +342,8 @@ class _CudaGraphsRunner:
         device = encoder_projected.device
         max_time = max(64, ((max_time + 63) // 64) * 64)  # round up so nearby lengths reuse the graphs
         buffer = encoder_projected.new_zeros(batch_size, max_time, encoder_projected.shape[-1])
-        self.state = _LoopState(decoder.model, buffer, hypotheses_capacity=max_time * decoder.config.max_symbols)
+        self.state = _LoopState(decoder.model, buffer, hypotheses_capacity=max_time * decoder.config.max_symbols,
+                                lm=decoder.lm)
         steps = {
             "start": lambda: decoder._start(self.state),
             "first": lambda: decoder._first_search(self.state),

@@ -1,0 +1,211 @@
+"""A streaming reader for token-level ARPA files (plain or gzip), in NeMo's token convention.
+
+Token id `i` is written as the single character `chr(i + 100)`; `<s>`, `</s>` and `<unk>` keep their names
+and get the negative ids `BOS_ID`, `EOS_ID`, `UNK_ID`. Words are separated by ASCII spaces or tabs only:
+`str.split()` would also split on characters such as `chr(133)` (NEL) or `chr(160)`, which are tokens here.
+Probabilities and backoffs stay in log10, as written; `decoders/ngram/lm.py` converts to natural log.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+TOKEN_OFFSET = 100  # token id i <-> chr(i + TOKEN_OFFSET)
+BOS_ID = -1
+EOS_ID = -2
+UNK_ID = -3
+SPECIAL_IDS = {"<s>": BOS_ID, "</s>": EOS_ID, "<unk>": UNK_ID}
+SPECIAL_NAMES = {value: key for key, value in SPECIAL_IDS.items()}
+_FIELD_SEPARATOR = re.compile(r"[ \t]+")
+_SECTION = re.compile(r"^\\(\d+)-grams:$")
+_COUNT = re.compile(r"^ngram\s+(\d+)\s*=\s*(\d+)$")
+
+
+class ArpaFormatError(ValueError):
+    """Malformed ARPA input; the message names the file and the line."""
+
+
+def token_to_id(token: str) -> int:
+    """`chr(i + 100)` -> i; `<s>`, `</s>`, `<unk>` -> their negative ids. Raises ValueError otherwise."""
+    special = SPECIAL_IDS.get(token)
+    if special is not None:
+        return special
+    if len(token) != 1 or ord(token) < TOKEN_OFFSET:
+        raise ValueError(
+            f"token {token!r} is not a token-level symbol (one character chr(id + {TOKEN_OFFSET})): this looks like "
+            "a word-level ARPA; build a token-level LM with `python -m decoders.ngram.build`"
+        )
+    return ord(token) - TOKEN_OFFSET
+
+
+def id_to_token(token_id: int) -> str:
+    """Inverse of `token_to_id`."""
+    if token_id < 0:
+        return SPECIAL_NAMES[token_id]
+    return chr(token_id + TOKEN_OFFSET)
+
+
+@dataclass(frozen=True)
+class ArpaNgram:
+    order: int
+    tokens: tuple[int, ...]  # token ids, specials negative
+    log10_prob: float
+    log10_backoff: float  # 0.0 when the line has none
+
+
+@dataclass
+class ArpaModel:
+    """All n-grams of an ARPA file, as arrays per order (index k-1 holds order k)."""
+
+    declared_counts: list[int]  # from the \\data\\ header
+    tokens: list[np.ndarray]  # [n_k, k] int64
+    log10_probs: list[np.ndarray]  # [n_k] float64
+    log10_backoffs: list[np.ndarray]  # [n_k] float64
+
+    @property
+    def max_order(self) -> int:
+        return len(self.declared_counts)
+
+
+def open_text(path: str | Path) -> io.TextIOBase:
+    """Open a plain or gzip text file (detected by its magic bytes, not its name) as UTF-8."""
+    with open(path, "rb") as raw:
+        magic = raw.read(2)
+    if magic == b"\x1f\x8b":
+        return gzip.open(path, "rt", encoding="utf-8", newline="\n")
+    return open(path, encoding="utf-8", newline="\n")
+
+
+def iter_arpa(path: str | Path) -> Iterator[list[int] | ArpaNgram]:
+    """Stream an ARPA file: first the declared counts per order (a list), then every n-gram in file order.
+
+    Checks the structure as it goes (header, sections in order, field counts, numbers, declared counts) and
+    raises `ArpaFormatError` naming the file, the line number and the line.
+    """
+    path = str(path)
+    declared: dict[int, int] = {}
+    order = 0  # current section; 0 = header
+    seen_in_section = 0
+    ended = False
+    header_done = False
+    with open_text(path) as lines:
+        line_number = 0
+
+        def fail(message: str, line: str) -> ArpaFormatError:
+            return ArpaFormatError(f"{path}:{line_number}: {message}: {line!r}")
+
+        try:
+            for line_number, raw in enumerate(lines, start=1):  # noqa: B007 (fail reads it)
+                line = raw.rstrip("\r\n").strip(" \t")
+                if ended:
+                    continue  # anything after \end\ is ignored, as KenLM does
+                if not line:
+                    continue
+                if order == 0 and not header_done:
+                    if line == "\\data\\":
+                        continue
+                    match = _COUNT.match(line)
+                    if match:
+                        declared[int(match.group(1))] = int(match.group(2))
+                        continue
+                    section = _SECTION.match(line)
+                    if section is None:
+                        raise fail("expected '\\data\\', 'ngram N=count' or '\\1-grams:'", line)
+                    if not declared:
+                        raise fail("no 'ngram N=count' lines before the first section", line)
+                    if sorted(declared) != list(range(1, len(declared) + 1)):
+                        raise fail(f"declared orders must be 1..N, got {sorted(declared)}", line)
+                    header_done = True
+                    yield [declared[k] for k in range(1, len(declared) + 1)]
+                    # fall through to section handling below
+                section = _SECTION.match(line)
+                if section is not None or line == "\\end\\":
+                    if order > 0 and seen_in_section != declared[order]:
+                        raise fail(f"the {order}-grams section holds {seen_in_section} entries but the header "
+                                   f"declares {declared[order]}", line)
+                    if line == "\\end\\":
+                        if order != len(declared):
+                            raise fail(f"\\end\\ after the {order}-grams section; the header declares "
+                                       f"{len(declared)} orders", line)
+                        ended = True
+                        continue
+                    new_order = int(section.group(1))
+                    if new_order != order + 1 or new_order > len(declared):
+                        raise fail(f"expected section \\{order + 1}-grams:", line)
+                    order, seen_in_section = new_order, 0
+                    continue
+                if order == 0:
+                    raise fail("n-gram line before any section", line)
+                fields = _FIELD_SEPARATOR.split(line)
+                if len(fields) not in (order + 1, order + 2):
+                    raise fail(f"a {order}-gram line needs {order + 1} or {order + 2} fields, got {len(fields)}",
+                               line)
+                try:
+                    log10_prob = float(fields[0])
+                    log10_backoff = float(fields[order + 1]) if len(fields) == order + 2 else 0.0
+                except ValueError:
+                    raise fail("probability and backoff must be numbers", line) from None
+                if log10_prob > 0.0 or log10_prob != log10_prob:
+                    raise fail("log10 probability must be <= 0", line)
+                try:
+                    tokens = tuple(token_to_id(token) for token in fields[1 : order + 1])
+                except ValueError as error:
+                    raise fail(str(error), line) from None
+                seen_in_section += 1
+                yield ArpaNgram(order, tokens, log10_prob, log10_backoff)
+        except UnicodeDecodeError as error:
+            raise ArpaFormatError(f"{path}:{line_number + 1}: not UTF-8 text ({error})") from None
+        if not header_done:
+            raise ArpaFormatError(f"{path}:{line_number}: no ARPA header ('\\data\\' and 'ngram N=count') found")
+        if not ended:
+            raise ArpaFormatError(f"{path}:{line_number}: the file ends before '\\end\\'")
+
+
+def read_arpa(path: str | Path) -> ArpaModel:
+    """Read a whole ARPA file into per-order arrays (streaming: no line list is kept)."""
+    stream = iter_arpa(path)
+    declared = next(stream)
+    tokens: list[list[tuple[int, ...]]] = [[] for _ in declared]
+    probs: list[list[float]] = [[] for _ in declared]
+    backoffs: list[list[float]] = [[] for _ in declared]
+    for ngram in stream:
+        k = ngram.order - 1
+        tokens[k].append(ngram.tokens)
+        probs[k].append(ngram.log10_prob)
+        backoffs[k].append(ngram.log10_backoff)
+    return ArpaModel(
+        declared_counts=declared,
+        tokens=[np.array(t, dtype=np.int64).reshape(len(t), k + 1) for k, t in enumerate(tokens)],
+        log10_probs=[np.array(p, dtype=np.float64) for p in probs],
+        log10_backoffs=[np.array(b, dtype=np.float64) for b in backoffs],
+    )
+
+
+def write_arpa(path: str | Path, ngrams: dict[tuple[int, ...], tuple[float, float]]) -> None:
+    """Write {token ids: (log10 prob, log10 backoff)} as an ARPA file (tests and build fix-ups use it)."""
+    max_order = max(len(key) for key in ngrams)
+    by_order: list[list[tuple[int, ...]]] = [[] for _ in range(max_order)]
+    for key in ngrams:
+        by_order[len(key) - 1].append(key)
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "wt", encoding="utf-8", newline="\n") as out:
+        out.write("\\data\\\n")
+        for k, keys in enumerate(by_order, start=1):
+            out.write(f"ngram {k}={len(keys)}\n")
+        for k, keys in enumerate(by_order, start=1):
+            out.write(f"\n\\{k}-grams:\n")
+            for key in sorted(keys):
+                log10_prob, log10_backoff = ngrams[key]
+                words = " ".join(id_to_token(token) for token in key)
+                if k < max_order and log10_backoff != 0.0:
+                    out.write(f"{log10_prob:.7g}\t{words}\t{log10_backoff:.7g}\n")
+                else:
+                    out.write(f"{log10_prob:.7g}\t{words}\n")
+        out.write("\n\\end\\\n")

@@ -1,0 +1,300 @@
+"""NgramLm against the dict-based reference and KenLM on random ARPA files of orders 2-10.
+
+KenLM (`MAX_ORDER=10 pip install --no-cache-dir kenlm`) loads ARPA files into its probing structure, which
+refuses files with missing prefixes; for those the test converts the file with KenLM's `build_binary trie`
+when that program is on PATH (KenLM's trie fills missing contexts in), and otherwise relies on the reference.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import random
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from decoders.ngram.arpa import ArpaFormatError, id_to_token, write_arpa
+from decoders.ngram.lm import BOS_STATE, NgramFileError, NgramLm, advance_torch
+from tests.decoders.ngram.arpa_factory import random_ngrams, random_token_sequences
+from tests.reference.ngram import DictNgramLm
+
+LN10 = math.log(10.0)
+ORDERS = range(2, 11)
+
+
+def random_case(tmp_path, seed: int, order: int, drop_prefixes: float = 0.0, with_unk: bool = True,
+                vocab_size: int | None = None, ngrams_per_order: int = 40):
+    for attempt in range(20):  # a random walk can run out of extensions before the highest order: redraw
+        rng = random.Random(seed * 100 + order + 10_000 * attempt)
+        size = vocab_size or rng.randint(3, 24)
+        ngrams = random_ngrams(rng, order, size, ngrams_per_order=ngrams_per_order, drop_prefixes=drop_prefixes,
+                               with_unk=with_unk)
+        if max(len(key) for key in ngrams) == order:
+            break
+    vocab_size = size
+    path = tmp_path / f"lm_{seed}_{order}_{drop_prefixes}_{with_unk}.arpa"
+    write_arpa(path, ngrams)
+    sequences = random_token_sequences(rng, vocab_size, 24, 14, ngrams)
+    return path, vocab_size, sequences
+
+
+def padded(sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max([len(s) for s in sequences] + [1])
+    tokens = torch.tensor([s + [0] * (width - len(s)) for s in sequences], dtype=torch.long)
+    return tokens, torch.tensor([len(s) for s in sequences])
+
+
+def states_after(lm: NgramLm, sequences: list[list[int]]) -> torch.Tensor:
+    """The LM state after each sequence (from <s>), by following advance's next states."""
+    states = lm.initial_states(len(sequences))
+    for position in range(max([len(s) for s in sequences] + [0])):
+        _, next_states = lm.advance(states)
+        for row, sequence in enumerate(sequences):
+            if position < len(sequence):
+                states[row] = next_states[row, sequence[position]]
+    return states
+
+
+# --- against the dict-based reference (no third-party code needed) ------------------------------------------
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("drop_prefixes", [0.0, 0.4])
+def test_scores_match_reference(tmp_path, order, drop_prefixes):
+    for seed in range(2):
+        path, vocab_size, sequences = random_case(tmp_path, seed, order, drop_prefixes, with_unk=seed == 0)
+        lm, reference = NgramLm.from_arpa(path, vocab_size), DictNgramLm(str(path))
+        tokens, lengths = padded(sequences)
+        got = lm.score_sequences(tokens, lengths).tolist()
+        expected = [reference.score(s) for s in sequences]
+        assert got == pytest.approx(expected, abs=1e-4, rel=1e-6)
+        no_ends = lm.score_sequences(tokens, lengths, bos=False, eos=False).tolist()
+        assert no_ends == pytest.approx([reference.score(s, bos=False, eos=False) for s in sequences], abs=1e-4,
+                                        rel=1e-6)
+        # advance over the whole vocabulary, from the state each sequence leads to
+        scores, _ = lm.advance(states_after(lm, sequences))
+        for row, sequence in enumerate(sequences):
+            assert scores[row].tolist() == pytest.approx(reference.next_scores(sequence, vocab_size), abs=1e-4,
+                                                         rel=1e-6)
+
+
+def test_structure_invariants(tmp_path):
+    path, vocab_size, _ = random_case(tmp_path, 3, 5, drop_prefixes=0.3)
+    tensors = NgramLm.from_arpa(path, vocab_size).tensors
+    offsets = tensors.arc_offsets
+    assert int(offsets[0]) == 0 and int(offsets[1]) == vocab_size  # the empty context owns exactly V arcs
+    assert torch.equal(tensors.arc_keys[:vocab_size], torch.arange(vocab_size))
+    assert bool((tensors.arc_keys[1:] > tensors.arc_keys[:-1]).all())  # sorted by (state, label), unique
+    sources = tensors.arc_keys // vocab_size
+    assert torch.equal(offsets, torch.searchsorted(sources, torch.arange(tensors.num_states + 1)))
+    assert int(tensors.backoff_targets[0]) == 0 and float(tensors.backoff_weights[0]) == 0.0
+    assert bool((tensors.arc_targets >= 0).all()) and bool((tensors.arc_targets < tensors.num_states).all())
+
+
+# --- against KenLM ---------------------------------------------------------------------------------------------
+def kenlm_model(path, tmp_path, needs_trie: bool):
+    kenlm = pytest.importorskip("kenlm")
+    if not needs_trie:
+        try:
+            return kenlm.Model(str(path))
+        except OSError as error:
+            if "compiled" in str(error) or "order" in str(error):
+                pytest.skip(f"this kenlm module cannot load the file; install with MAX_ORDER=10 ({error})")
+            raise
+    build_binary = shutil.which("build_binary")
+    if build_binary is None:
+        pytest.skip("KenLM's build_binary is not on PATH (needed for ARPA files with missing prefixes)")
+    binary = tmp_path / (path.name + ".trie")
+    subprocess.run([build_binary, "-s", "trie", str(path), str(binary)], check=True, capture_output=True)
+    return kenlm.Model(str(binary))
+
+
+def kenlm_token_scores(model, sequence: list[int]) -> list[float]:
+    kenlm = pytest.importorskip("kenlm")
+    state, out = kenlm.State(), kenlm.State()
+    model.BeginSentenceWrite(state)
+    scores = []
+    for word in [id_to_token(t) for t in sequence] + ["</s>"]:
+        scores.append(model.BaseScore(state, word, out) * LN10)
+        state, out = out, state
+    return scores
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("drop_prefixes", [0.0, 0.4])
+def test_scores_and_advance_match_kenlm(tmp_path, order, drop_prefixes):
+    kenlm = pytest.importorskip("kenlm")
+    path, vocab_size, sequences = random_case(tmp_path, 7, order, drop_prefixes, with_unk=order % 2 == 0)
+    model = kenlm_model(path, tmp_path, needs_trie=drop_prefixes > 0)
+    lm = NgramLm.from_arpa(path, vocab_size)
+    assert model.order == lm.max_order == order
+    tokens, lengths = padded(sequences)
+    got = lm.score_sequences(tokens, lengths).tolist()
+    for sequence, total in zip(sequences, got):
+        per_token = kenlm_token_scores(model, sequence)
+        assert total == pytest.approx(math.fsum(per_token), abs=1e-4, rel=1e-6)
+    # advance over the whole vocabulary equals one KenLM query per label, from every reached state
+    states = states_after(lm, sequences)
+    scores, _ = lm.advance(states)
+    labels = [id_to_token(label) for label in range(vocab_size)]
+    for row, sequence in enumerate(sequences):
+        state, scratch = kenlm.State(), kenlm.State()
+        model.BeginSentenceWrite(state)
+        for word in [id_to_token(t) for t in sequence]:
+            model.BaseScore(state, word, scratch)
+            state, scratch = scratch, state
+        expected = [model.BaseScore(state, label, scratch) * LN10 for label in labels]
+        assert scores[row].tolist() == pytest.approx(expected, abs=1e-4, rel=1e-6)
+        assert float(lm.final_scores(states[row : row + 1])[0]) == pytest.approx(
+            model.BaseScore(state, "</s>", scratch) * LN10, abs=1e-4, rel=1e-6)
+
+
+# --- Triton twin, binary format, gzip, devices -----------------------------------------------------------------
+def test_triton_equals_torch_under_interpreter(tmp_path):
+    """Runs the kernel on the CPU in a subprocess with TRITON_INTERPRET=1 (it must be set before triton loads)."""
+    pytest.importorskip("triton")
+    path, vocab_size, _ = random_case(tmp_path, 11, 6, drop_prefixes=0.3, vocab_size=150, ngrams_per_order=150)
+    script = f"""
+import os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+from decoders.ngram.lm import NgramLm, advance_torch
+from decoders.ngram.triton import advance_triton
+lm = NgramLm.from_arpa({str(path)!r}, {vocab_size})
+generator = torch.Generator().manual_seed(0)
+for batch_size in (1, 5):
+    states = torch.randint(0, lm.tensors.num_states, (batch_size,), generator=generator)
+    expected_scores, expected_next = advance_torch(lm.tensors, states)
+    scores, next_states = advance_triton(lm.tensors, states)
+    assert torch.equal(next_states, expected_next), "next states differ"
+    assert torch.allclose(scores, expected_scores, atol=1e-6, rtol=0), (scores - expected_scores).abs().max()
+empty = advance_triton(lm.tensors, torch.zeros(0, dtype=torch.long))
+assert empty[0].shape == (0, {vocab_size})
+print("ok")
+"""
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    result = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": root})
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+def test_binary_round_trip_memory_maps(tmp_path):
+    path, vocab_size, sequences = random_case(tmp_path, 5, 4, drop_prefixes=0.3)
+    lm = NgramLm.from_arpa(path, vocab_size)
+    binary = tmp_path / "lm.bin"
+    lm.save(binary)
+    loaded = NgramLm.load(binary)
+    for name in ("arc_offsets", "arc_keys", "arc_weights", "arc_targets", "backoff_targets", "backoff_weights",
+                 "final_weights"):
+        assert torch.equal(getattr(loaded.tensors, name), getattr(lm.tensors, name)), name
+    assert (loaded.vocab_size, loaded.max_order, loaded.ngram_counts) == (lm.vocab_size, lm.max_order,
+                                                                          lm.ngram_counts)
+    tokens, lengths = padded(sequences)
+    assert torch.equal(loaded.score_sequences(tokens, lengths), lm.score_sequences(tokens, lengths))
+
+
+def test_binary_rejects_damage_and_other_files(tmp_path):
+    path, vocab_size, _ = random_case(tmp_path, 6, 3)
+    binary = tmp_path / "lm.bin"
+    NgramLm.from_arpa(path, vocab_size).save(binary)
+    data = bytearray(binary.read_bytes())
+    data[-70] ^= 0xFF
+    damaged = tmp_path / "damaged.bin"
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(NgramFileError, match="checksum"):
+        NgramLm.load(damaged)
+    NgramLm.load(damaged, verify=False)  # a caller who checked the file before may skip the pass
+    with pytest.raises(NgramFileError, match="not a binary"):
+        NgramLm.load(path)
+    newer = bytearray(binary.read_bytes())
+    newer[8] = 99
+    (tmp_path / "newer.bin").write_bytes(bytes(newer))
+    with pytest.raises(NgramFileError, match="version 99"):
+        NgramLm.load(tmp_path / "newer.bin")
+
+
+def test_gzip_arpa_reads_the_same(tmp_path):
+    path, vocab_size, sequences = random_case(tmp_path, 8, 5)
+    compressed = tmp_path / "lm.arpa.gz"
+    compressed.write_bytes(gzip.compress(path.read_bytes()))
+    plain, zipped = NgramLm.from_arpa(path, vocab_size), NgramLm.from_arpa(compressed, vocab_size)
+    tokens, lengths = padded(sequences)
+    assert torch.equal(plain.score_sequences(tokens, lengths), zipped.score_sequences(tokens, lengths))
+
+
+def test_protocol_shapes_and_initial_states(tmp_path):
+    from decoders.protocols import LanguageModel
+
+    path, vocab_size, _ = random_case(tmp_path, 9, 3)
+    lm = NgramLm.from_arpa(path, vocab_size)
+    assert isinstance(lm, LanguageModel)
+    states = lm.initial_states(4)
+    assert states.dtype == torch.long and states.tolist() == [BOS_STATE] * 4
+    scores, next_states = lm.advance(states)
+    assert scores.shape == next_states.shape == (4, vocab_size)
+    assert scores.dtype == torch.float32 and next_states.dtype == torch.long
+    assert lm.final_scores(states).shape == (4,)
+    assert torch.equal(advance_torch(lm.tensors, states)[0], scores)
+    with pytest.raises(ValueError, match="states must be"):
+        lm.advance(states.view(2, 2))
+    with pytest.raises(ValueError, match="tokens must lie"):
+        lm.score_sequences(torch.tensor([[vocab_size]]), torch.tensor([1]))
+
+
+@pytest.mark.gpu
+def test_gpu_torch_and_triton_equal_cpu(tmp_path):
+    path, vocab_size, sequences = random_case(tmp_path, 10, 6, drop_prefixes=0.3, vocab_size=300,
+                                              ngrams_per_order=300)
+    cpu = NgramLm.from_arpa(path, vocab_size)
+    states = torch.randint(0, cpu.tensors.num_states, (33,))
+    expected_scores, expected_next = cpu.advance(states)
+    for use_triton in (False, True):
+        gpu = NgramLm(cpu.tensors.to("cuda"), use_triton=use_triton)
+        scores, next_states = gpu.advance(states.cuda())
+        assert torch.equal(next_states.cpu(), expected_next)
+        assert torch.allclose(scores.cpu(), expected_scores, atol=1e-6, rtol=0)
+
+
+# --- malformed input ---------------------------------------------------------------------------------------------
+MALFORMED = {
+    "no header": ("\\1-grams:\n-1\tx\n\\end\\\n", r":1: .*no 'ngram N=count'"),
+    "bad number": ("\\data\\\nngram 1=2\n\n\\1-grams:\n-1\td\n-x\te\n\n\\end\\\n", r":6: probability"),
+    "too many fields": ("\\data\\\nngram 1=1\n\n\\1-grams:\n-1\td\te\t-0.5\n\\end\\\n", r":5: a 1-gram line"),
+    "count mismatch": ("\\data\\\nngram 1=3\n\n\\1-grams:\n-1\td\n-1\te\n\n\\end\\\n", r":8: .*holds 2 entries"),
+    "word level": ("\\data\\\nngram 1=1\n\n\\1-grams:\n-1\thello\n\\end\\\n", r":5: .*word-level"),
+    "positive prob": ("\\data\\\nngram 1=1\n\n\\1-grams:\n0.5\td\n\\end\\\n", r":5: log10 probability"),
+    "no end": ("\\data\\\nngram 1=1\n\n\\1-grams:\n-1\td\n", r"ends before"),
+    "section order": ("\\data\\\nngram 1=1\nngram 2=0\n\n\\2-grams:\n\\end\\\n", r":5: expected section"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_malformed_arpa_names_the_line(tmp_path, name):
+    text, message = MALFORMED[name]
+    path = tmp_path / "bad.arpa"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ArpaFormatError, match=message):
+        NgramLm.from_arpa(path, 5)
+
+
+def test_tokens_outside_the_vocabulary_are_rejected(tmp_path):
+    path = tmp_path / "big.arpa"
+    write_arpa(path, {(0,): (-1.0, 0.0), (9,): (-1.0, 0.0), (-1,): (-99.0, 0.0), (-2,): (-1.0, 0.0)})
+    with pytest.raises(ArpaFormatError, match="outside the vocabulary"):
+        NgramLm.from_arpa(path, 5)
+
+
+def test_whitespace_like_tokens_are_tokens(tmp_path):
+    """chr(133) (NEL) and chr(160) (no-break space) are tokens 33 and 60, not separators."""
+    path = tmp_path / "nel.arpa"
+    ngrams = {(33,): (-0.5, -0.2), (60,): (-0.7, 0.0), (33, 60): (-0.1, 0.0), (-1,): (-99.0, 0.0),
+              (-2,): (-1.0, 0.0)}
+    write_arpa(path, ngrams)
+    lm = NgramLm.from_arpa(path, 61)
+    scores, next_states = lm.advance(lm.initial_states(1, bos=False))
+    follow, _ = lm.advance(next_states[:, 33])
+    assert float(follow[0, 60]) == pytest.approx(-0.1 * LN10, abs=1e-6)

@@ -1,0 +1,215 @@
+"""Greedy transducer decoding with LM shallow fusion against the per-utterance fused reference.
+
+Random tiny RNN-T and TDT models (float64, so batched and per-utterance arithmetic cannot part on near-ties),
+with either a table-driven bigram LM or an `NgramLm` read from a random ARPA file. Fused greedy must match the
+reference exactly in tokens, frames and durations, for any WIND window.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from decoders.ngram.arpa import write_arpa
+from decoders.ngram.lm import NgramLm
+from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias
+from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
+from tests.decoders.ngram.arpa_factory import random_ngrams
+from tests.reference.table_transducer import TableTransducer, frame_inputs, one_hot_table
+from tests.reference.transducer_greedy import greedy_decode
+from tests.reference.transducer_greedy_fused import fused_greedy_decode
+
+DURATION_SETS = {"rnnt": (), "tdt01234": (0, 1, 2, 3, 4), "tdt0246": (0, 2, 4, 6)}
+VOCAB_SIZE = 12
+ENCODER_DIM = 16
+
+
+class BigramTableLm:
+    """A label-level LM from a table: state 0 is the start, state 1 + l follows label l."""
+
+    def __init__(self, vocab_size: int, seed: int, sharpness: float = 2.0) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        logits = torch.randn(vocab_size + 1, vocab_size, generator=generator, dtype=torch.double) * sharpness
+        self.table = torch.log_softmax(logits, dim=-1).float()
+        self.vocab_size = vocab_size
+
+    def initial_states(self, batch_size: int) -> torch.Tensor:
+        return torch.zeros(batch_size, dtype=torch.long)
+
+    def advance(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        next_states = torch.arange(1, self.vocab_size + 1).expand(states.shape[0], self.vocab_size)
+        return self.table[states], next_states
+
+    def final_scores(self, states: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(states.shape[0])
+
+
+@functools.cache
+def tiny_model(kind: str, regime: str) -> TinyTransducer:
+    model = TinyTransducer(vocab_size=VOCAB_SIZE, encoder_dim=ENCODER_DIM, prediction_dim=16, joint_dim=16,
+                           durations=DURATION_SETS[kind], seed=len(kind) + 11)
+    if regime == "realistic":
+        calibrate_blank_bias(model, frames_per_label=3.0)
+    return model.double()
+
+
+@functools.cache
+def ngram_lm(order: int, seed: int, tmp_dir: str) -> NgramLm:
+    rng = random.Random(seed)
+    path = f"{tmp_dir}/fusion_{order}_{seed}.arpa"
+    write_arpa(path, random_ngrams(rng, order, VOCAB_SIZE, ngrams_per_order=60, drop_prefixes=0.2))
+    return NgramLm.from_arpa(path, VOCAB_SIZE)
+
+
+@pytest.fixture(scope="module")
+def arpa_dir(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("fusion_arpa"))
+
+
+@st.composite
+def fusion_cases(draw):
+    kind = draw(st.sampled_from(sorted(DURATION_SETS)))
+    regime = draw(st.sampled_from(("realistic", "chatty")))
+    batch_size = draw(st.integers(1, 9))
+    max_frames = draw(st.integers(0, 10 if regime == "chatty" else 30))
+    length = st.one_of(st.just(0), st.just(1), st.integers(0, max_frames))
+    lengths = [min(draw(length), max_frames) for _ in range(batch_size)]
+    max_symbols = draw(st.integers(1, 6))
+    window = draw(st.integers(1, 8))
+    lm_weight = draw(st.sampled_from((0.0, 0.3, 1.0, 4.0)))
+    lm_kind = draw(st.sampled_from(("table", "ngram3", "ngram6")))
+    seed = draw(st.integers(0, 2**31 - 1))
+    generator = torch.Generator().manual_seed(seed)
+    encoder_output = torch.randn(batch_size, max_frames, ENCODER_DIM, generator=generator, dtype=torch.double)
+    return (kind, regime, encoder_output, torch.tensor(lengths, dtype=torch.long), max_symbols, window, lm_weight,
+            lm_kind, seed % 5)
+
+
+def make_lm(lm_kind: str, lm_seed: int, arpa_dir: str):
+    if lm_kind == "table":
+        return BigramTableLm(VOCAB_SIZE, lm_seed)
+    return ngram_lm(int(lm_kind[len("ngram"):]), lm_seed, arpa_dir)
+
+
+def assert_same(batched, reference):
+    assert len(batched) == len(reference)
+    for index, (got, expected) in enumerate(zip(batched, reference)):
+        assert got.tokens == expected.tokens, f"utterance {index}: tokens"
+        assert got.frame_indices == expected.frame_indices, f"utterance {index}: frames"
+        assert got.durations == expected.durations, f"utterance {index}: durations"
+        assert got.token_scores == pytest.approx(expected.token_scores, abs=1e-9), f"utterance {index}: scores"
+        assert got.score == pytest.approx(expected.score, abs=1e-6), f"utterance {index}: score"
+
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                             HealthCheck.function_scoped_fixture])
+
+
+@SETTINGS
+@given(case=fusion_cases())
+def test_fused_label_looping_matches_reference(case, arpa_dir):
+    kind, regime, encoder_output, lengths, max_symbols, window, lm_weight, lm_kind, lm_seed = case
+    model = tiny_model(kind, regime)
+    lm = make_lm(lm_kind, lm_seed, arpa_dir)
+    reference = fused_greedy_decode(model, lm, lm_weight, encoder_output, lengths, max_symbols)
+    decoder = LabelLoopingGreedy(model, GreedyConfig(max_symbols=max_symbols, window_size=window,
+                                                     lm_weight=lm_weight), lm=lm)
+    assert_same(decoder(encoder_output, lengths).to_list(), reference)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(case=fusion_cases())
+def test_fused_one_batch_of_n_equals_n_batches_of_one(case, arpa_dir):
+    kind, regime, encoder_output, lengths, max_symbols, window, lm_weight, lm_kind, lm_seed = case
+    decoder = LabelLoopingGreedy(tiny_model(kind, regime), GreedyConfig(max_symbols=max_symbols, window_size=window,
+                                                                       lm_weight=lm_weight),
+                                 lm=make_lm(lm_kind, lm_seed, arpa_dir))
+    together = decoder(encoder_output, lengths).to_list()
+    apart = [decoder(encoder_output[b : b + 1], lengths[b : b + 1]).to_list()[0] for b in range(len(lengths))]
+    assert_same(together, apart)
+
+
+@pytest.mark.parametrize("kind", sorted(DURATION_SETS))
+def test_zero_weight_gives_plain_greedy_tokens(kind):
+    model = tiny_model(kind, "realistic")
+    encoder_output = torch.randn(5, 40, ENCODER_DIM, generator=torch.Generator().manual_seed(1), dtype=torch.double)
+    lengths = torch.tensor([40, 0, 1, 33, 17])
+    plain = greedy_decode(model, encoder_output, lengths)
+    fused = LabelLoopingGreedy(model, GreedyConfig(lm_weight=0.0), lm=BigramTableLm(VOCAB_SIZE, 3))
+    for got, expected in zip(fused(encoder_output, lengths).to_list(), plain):
+        assert (got.tokens, got.frame_indices, got.durations) == (expected.tokens, expected.frame_indices,
+                                                                  expected.durations)
+
+
+def test_a_strong_lm_changes_tokens_of_a_random_model():
+    model = tiny_model("rnnt", "realistic")
+    encoder_output = torch.randn(4, 60, ENCODER_DIM, generator=torch.Generator().manual_seed(2), dtype=torch.double)
+    lengths = torch.tensor([60, 60, 45, 30])
+    plain = LabelLoopingGreedy(model)(encoder_output, lengths).to_list()
+    fused = LabelLoopingGreedy(model, GreedyConfig(lm_weight=5.0), lm=BigramTableLm(VOCAB_SIZE, 3, sharpness=4.0))
+    fused_hypotheses = fused(encoder_output, lengths).to_list()
+    assert [h.tokens for h in fused_hypotheses] != [h.tokens for h in plain]
+    # blank decisions are kept: the same number of labels on the same frames
+    assert [h.frame_indices for h in fused_hypotheses] == [h.frame_indices for h in plain]
+
+
+def two_word_case(durations: tuple[int, ...]):
+    """Frame 0 of a table model prefers label 1 a little over label 2; an LM that prefers 2 after label 0."""
+    vocab_size = 3
+    entries = {(0, 0): 0, (2, 1): (1, 0)} if not durations else {(0, 0): (0, 1), (2, 1): (1, 1)}
+    table = one_hot_table(5, 4, vocab_size, entries, durations=durations,
+                          default_duration=1 if durations else 0)
+    # at (frame 2, after one label) label 1 scores 10 and label 2 scores 9.5: plain greedy says 1
+    table[2, 1, 2] = 9.5
+    model = TableTransducer(table, vocab_size, durations)
+    lm = BigramTableLm(vocab_size, 0)
+    lm.table = torch.full((vocab_size + 1, vocab_size), -5.0)
+    lm.table[1 + 0, 2] = -0.1  # after label 0, label 2 is likely
+    lm.table[1 + 0, 1] = -4.0
+    return model, lm
+
+
+@pytest.mark.parametrize("durations", [(), (0, 1, 2)])
+@pytest.mark.parametrize("window", [1, 4])
+def test_lm_flips_one_word_only_when_weighted(durations, window):
+    model, lm = two_word_case(durations)
+    inputs, lengths = frame_inputs(1, 5), torch.tensor([5])
+    plain = LabelLoopingGreedy(model, GreedyConfig(window_size=window, lm_weight=0.0), lm=lm)(inputs, lengths)
+    fused = LabelLoopingGreedy(model, GreedyConfig(window_size=window, lm_weight=0.5), lm=lm)(inputs, lengths)
+    assert plain.to_list()[0].tokens == [0, 1]
+    assert fused.to_list()[0].tokens == [0, 2]
+    assert fused.to_list()[0].frame_indices == plain.to_list()[0].frame_indices == [0, 2]
+    lm_bonus = 0.5 * (lm.table[0, 0] + lm.table[1, 2])
+    assert fused.to_list()[0].score == pytest.approx(sum(fused.to_list()[0].token_scores) + float(lm_bonus))
+
+
+def test_fusion_rejects_a_mismatched_lm():
+    with pytest.raises(ValueError, match="vocab_size"):
+        LabelLoopingGreedy(tiny_model("rnnt", "realistic"), lm=BigramTableLm(VOCAB_SIZE + 1, 0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", sorted(DURATION_SETS))
+@pytest.mark.parametrize("window", [1, 4])
+def test_fused_cuda_graphs_equal_eager_on_gpu(kind, window, arpa_dir):
+    model = TinyTransducer(vocab_size=VOCAB_SIZE, encoder_dim=ENCODER_DIM, prediction_dim=16, joint_dim=16,
+                           durations=DURATION_SETS[kind], seed=3)
+    calibrate_blank_bias(model)
+    model = model.cuda()
+    lm = ngram_lm(4, 1, arpa_dir)
+    generator = torch.Generator().manual_seed(0)
+    config = dict(window_size=window, lm_weight=0.7)
+    graphs = LabelLoopingGreedy(model, GreedyConfig(use_cuda_graphs=True, **config), lm=lm)
+    eager = LabelLoopingGreedy(model, GreedyConfig(use_cuda_graphs=False, **config), lm=lm)
+    for batch_size, frames in [(5, 40), (3, 100), (8, 30)]:
+        encoder_output = torch.randn(batch_size, frames, ENCODER_DIM, generator=generator).cuda()
+        lengths = torch.randint(0, frames + 1, (batch_size,), generator=generator).cuda()
+        got, expected = graphs(encoder_output, lengths).to_list(), eager(encoder_output, lengths).to_list()
+        for a, b in zip(got, expected):
+            assert (a.tokens, a.frame_indices, a.durations) == (b.tokens, b.frame_indices, b.durations)

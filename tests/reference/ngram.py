@@ -1,0 +1,69 @@
+"""A slow, obvious back-off n-gram scorer over a dict, with its own tiny ARPA parser: an oracle for NgramLm.
+
+p(w | h) = p_arpa(h w) if `h w` is listed, else backoff(h) + p(w | h[1:]), with backoff 0 for a context that
+is not listed; a label the ARPA file does not list scores as `<unk>` (log10 -100 if there is none, as KenLM).
+The history is the whole sentence so far, cut to the last N - 1 tokens. Tokens are `chr(id + 100)`.
+Scores are natural logs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+
+LN10 = math.log(10.0)
+
+
+class DictNgramLm:
+    def __init__(self, path: str) -> None:
+        opener = gzip.open if open(path, "rb").read(2) == b"\x1f\x8b" else open
+        self.entries: dict[tuple[str, ...], tuple[float, float]] = {}
+        order = 0
+        with opener(path, "rt", encoding="utf-8") as lines:
+            for line in lines:
+                line = line.strip("\r\n \t")
+                if line.startswith("\\") and line.endswith("-grams:"):
+                    order = int(line[1 : line.index("-")])
+                    continue
+                if not line or order == 0 or line == "\\end\\":
+                    continue
+                fields = [field for field in line.replace("\t", " ").split(" ") if field]
+                words = tuple(fields[1 : order + 1])
+                backoff = float(fields[order + 1]) if len(fields) > order + 1 else 0.0
+                self.entries[words] = (float(fields[0]), backoff)
+        self.max_order = max(len(key) for key in self.entries)
+        unk = self.entries.get(("<unk>",))
+        self.unk_log10 = unk[0] if unk is not None else -100.0
+
+    def _word(self, word: str) -> str:
+        return word if (word,) in self.entries else "<unk>"
+
+    def log10_prob(self, history: tuple[str, ...], word: str) -> float:
+        word = self._word(word)
+        history = tuple(self._word(w) for w in history)[-(self.max_order - 1) :] if self.max_order > 1 else ()
+        total = 0.0
+        while True:
+            listed = self.entries.get(history + (word,))
+            if listed is not None:
+                return total + listed[0]
+            if not history:
+                return total + self.unk_log10
+            total += self.entries.get(history, (0.0, 0.0))[1]
+            history = history[1:]
+
+    def score(self, token_ids: list[int], bos: bool = True, eos: bool = True) -> float:
+        """Natural-log probability of a token id sequence."""
+        history: tuple[str, ...] = ("<s>",) if bos else ()
+        total = 0.0
+        for token in token_ids:
+            word = chr(token + 100)
+            total += self.log10_prob(history, word)
+            history = history + (word,)
+        if eos:
+            total += self.log10_prob(history, "</s>")
+        return total * LN10
+
+    def next_scores(self, token_ids: list[int], vocab_size: int, bos: bool = True) -> list[float]:
+        """Natural-log probability of every label 0 .. vocab_size - 1 after the sequence."""
+        history = (("<s>",) if bos else ()) + tuple(chr(t + 100) for t in token_ids)
+        return [self.log10_prob(history, chr(label + 100)) * LN10 for label in range(vocab_size)]
