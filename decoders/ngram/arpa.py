@@ -21,6 +21,7 @@ TOKEN_OFFSET = 100  # token id i <-> chr(i + TOKEN_OFFSET)
 BOS_ID = -1
 EOS_ID = -2
 UNK_ID = -3
+KENLM_MISSING_UNK_LOG10 = -100.0  # what KenLM substitutes when an ARPA file has no <unk>
 SPECIAL_IDS = {"<s>": BOS_ID, "</s>": EOS_ID, "<unk>": UNK_ID}
 SPECIAL_NAMES = {value: key for key, value in SPECIAL_IDS.items()}
 _FIELD_SEPARATOR = re.compile(r"[ \t]+")
@@ -186,6 +187,40 @@ def read_arpa(path: str | Path) -> ArpaModel:
         log10_probs=[np.array(p, dtype=np.float64) for p in probs],
         log10_backoffs=[np.array(b, dtype=np.float64) for b in backoffs],
     )
+
+
+def add_missing_prefixes(ngrams: dict[tuple[int, ...], tuple[float, float]],
+                         unk_log10: float = KENLM_MISSING_UNK_LOG10) -> list[tuple[int, ...]]:
+    """In place: list every missing context of a listed n-gram (pruning by SRILM or varikn drops them).
+
+    A created n-gram `h w` gets the probability the backoff formula gives it without the entry,
+    `backoff(h) + p(w | h[1:])`, and backoff 0, so that no probability changes while a context reaches its
+    longer n-grams (KenLM's trie does the same). Values are log10. Returns the created keys, shortest first.
+    """
+
+    def backed_off(context: tuple[int, ...], token: int) -> float:
+        total = 0.0
+        while True:
+            total += ngrams.get(context, (0.0, 0.0))[1]
+            context = context[1:]
+            listed = ngrams.get(context + (token,))
+            if listed is not None:
+                return total + listed[0]
+            if not context:
+                return total + unk_log10
+
+    # find them longest first, so that a created prefix gets its own missing prefixes; then give them
+    # probabilities shortest first, so that each derivation sees only settled lower orders
+    created: set[tuple[int, ...]] = set()
+    for key in sorted((key for key in ngrams if len(key) > 1), key=len, reverse=True):
+        prefix = key[:-1]
+        while prefix and prefix not in ngrams and prefix not in created:
+            created.add(prefix)
+            prefix = prefix[:-1]
+    ordered = sorted(created, key=lambda key: (len(key), key))
+    for key in ordered:
+        ngrams[key] = (backed_off(key[:-1], key[-1]) if len(key) > 1 else unk_log10, 0.0)
+    return ordered
 
 
 def write_arpa(path: str | Path, ngrams: dict[tuple[int, ...], tuple[float, float]]) -> None:

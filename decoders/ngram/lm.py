@@ -35,10 +35,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from decoders.ngram.arpa import BOS_ID, EOS_ID, UNK_ID, ArpaFormatError, ArpaModel, read_arpa
+from decoders.ngram.arpa import (
+    BOS_ID,
+    EOS_ID,
+    KENLM_MISSING_UNK_LOG10,
+    UNK_ID,
+    ArpaFormatError,
+    ArpaModel,
+    add_missing_prefixes,
+    read_arpa,
+)
 
 LN10 = math.log(10.0)
-KENLM_MISSING_UNK_LOG10 = -100.0  # what KenLM substitutes when an ARPA file has no <unk>
 EMPTY_STATE = 0
 BOS_STATE = 1
 
@@ -251,31 +259,7 @@ def tensors_from_arpa(arpa: ArpaModel, vocab_size: int) -> NgramTensors:
         entries[(BOS_ID,)] = (-99.0, 0.0)
     unk_log10 = entries[(UNK_ID,)][0] if (UNK_ID,) in entries else KENLM_MISSING_UNK_LOG10
 
-    def backed_off(context: tuple[int, ...], token: int) -> float:
-        """log10 p(token | context) by the backoff formula, for an n-gram context + token not listed."""
-        total = 0.0
-        while True:
-            total += entries.get(context, (0.0, 0.0))[1]
-            context = context[1:]
-            listed = entries.get(context + (token,))
-            if listed is not None:
-                return total + listed[0]
-            if not context:
-                return total + unk_log10
-
-    # missing prefixes: create them (longest first, so that a created prefix gets its own prefixes), then give
-    # them probabilities shortest first, so that each derivation sees only settled lower orders
-    created: list[tuple[int, ...]] = []
-    pending = sorted((key for key in entries if len(key) > 1), key=len, reverse=True)
-    created_set: set[tuple[int, ...]] = set()
-    for key in pending:
-        prefix = key[:-1]
-        while len(prefix) >= 1 and prefix not in entries and prefix not in created_set:
-            created_set.add(prefix)
-            created.append(prefix)
-            prefix = prefix[:-1]
-    for key in sorted(created, key=len):
-        entries[key] = (backed_off(key[:-1], key[-1]) if len(key) > 1 else unk_log10, 0.0)
+    add_missing_prefixes(entries, unk_log10)
 
     # states: the empty context, <s>, then every other listed context of order < N
     state_ids: dict[tuple[int, ...], int] = {(): EMPTY_STATE, (BOS_ID,): BOS_STATE}
