@@ -37,7 +37,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from decoders.ctc import check_ctc_inputs, check_lm, collapse_blanks, ctc_to_lm_labels, lm_to_ctc_labels
+from decoders.ctc import check_ctc_inputs, check_lm, collapse_blanks, ctc_to_lm_labels
 from decoders.hypotheses import BatchedHypotheses
 from decoders.protocols import LanguageModel
 
@@ -52,6 +52,11 @@ class CtcBeamConfig:
     beam_threshold: float = math.inf  # drop candidates scoring more than this below the best (pyctcdecode: 10)
     collapse_threshold: float | Literal["weak"] | None = None  # None: no collapse; "weak": argmax is blank
     lm_end_of_sentence: bool = True  # add lm_weight * log p(</s> | prefix) before the final ranking
+    # extension candidates per frame: the frame's M best non-blank labels (None: all; exact without an LM
+    # either way), and of those only labels with at least this log-probability, or the frame's best label
+    # (pyctcdecode's token_min_logp, -5 there)
+    max_labels_per_frame: int | None = None
+    token_min_log_prob: float = -math.inf
     cpu_threads: int | None = None  # torch threads while decoding on the CPU; None keeps the process setting
 
     def __post_init__(self) -> None:
@@ -66,6 +71,8 @@ class CtcBeamConfig:
             and not (isinstance(threshold, (int, float)) and 0.0 < threshold < 1.0)
         ):
             raise ValueError(f"collapse_threshold must be None, 'weak' or in (0, 1), got {threshold!r}")
+        if self.max_labels_per_frame is not None and self.max_labels_per_frame < 1:
+            raise ValueError(f"max_labels_per_frame must be >= 1, got {self.max_labels_per_frame}")
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ValueError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
 
@@ -124,9 +131,19 @@ class CtcBeamSearch:
         device, dtype = log_probs.device, log_probs.dtype
         use_lm = self.lm is not None and config.lm_weight != 0.0 and num_labels > 1
         lm_weight = config.lm_weight if use_lm else 0.0
+        bonus = config.insertion_bonus
         minus_inf = float("-inf")
-        rows = torch.arange(batch_size, device=device).unsqueeze(1)  # [B, 1]
-        labels = torch.arange(num_labels, device=device)  # [V]
+        # the labels each frame may extend prefixes by: the M best non-blank labels. Without an LM, M = K + 1
+        # loses nothing: an extension ranked below K + 1 others of its own prefix can never make the beam.
+        labels_per_frame = num_labels - 1
+        if config.max_labels_per_frame is not None:
+            labels_per_frame = min(labels_per_frame, config.max_labels_per_frame)
+        if not use_lm:
+            labels_per_frame = min(labels_per_frame, beam + 1)
+        non_blank = torch.cat([torch.arange(blank_id), torch.arange(blank_id + 1, num_labels)]).to(device)
+        score_labels = getattr(self.lm, "score_labels", None) if use_lm else None
+        if labels_per_frame == 0:  # blank is the only label: every hypothesis is empty
+            return self._only_blank(log_probs, lengths, nbest)
 
         # the beam: slot 0 holds the empty prefix, the other slots are empty (score -inf)
         p_blank = torch.full((batch_size, beam), minus_inf, dtype=dtype, device=device)
@@ -144,106 +161,122 @@ class CtcBeamSearch:
             if use_lm
             else None
         )
+        identity = torch.arange(beam, device=device).expand(batch_size, beam)
         # per frame: each slot's source slot, appended label (-1: none) and that label's log-probability
         history_parents, history_labels, history_scores = [], [], []
 
         active_time = int(lengths.max()) if batch_size > 0 else 0
         for t in range(active_time):
             frame = log_probs[:, t]  # [B, V]
+            active = (t < lengths).unsqueeze(1)  # [B, 1]: utterances that have ended keep their beam
             total = torch.logaddexp(p_blank, p_label)  # [B, K]
             # the prefix itself, through blank or a repeat of its last label
             same_blank = total + frame[:, blank_id].unsqueeze(1)
             same_label = torch.where(prefix_lengths > 0, p_label + frame.gather(1, last_labels), minus_inf)
-            # extensions by every label [B, K, V]
-            repeats = labels == last_labels.unsqueeze(2)
-            extend = torch.where(repeats, p_blank.unsqueeze(2), total.unsqueeze(2)) + frame.unsqueeze(1)
-            extend[:, :, blank_id] = minus_inf
-            extend_score = extend + config.insertion_bonus * (prefix_lengths + 1).to(dtype).unsqueeze(2)
-            if use_lm:
-                scores, next_states = self.lm.advance(lm_states.reshape(-1))  # [B*K, V-1] each
-                lm_scores = lm_to_ctc_labels(scores.to(dtype), blank_id, 0.0).view(batch_size, beam, num_labels)
-                extend_score = extend_score + lm_weight * (lm_total.unsqueeze(2) + lm_scores)
-            else:
-                extend_score = extend_score + lm_weight * lm_total.unsqueeze(2)
+            same_score = torch.logaddexp(same_blank, same_label)
 
-            # merge: the extension of slot k by slot j's last label is slot j's prefix
+            # extensions by the frame's selected labels [B, K, M]
+            if labels_per_frame < num_labels - 1:
+                selected_scores, selected = frame.index_select(1, non_blank).topk(labels_per_frame, dim=1)
+                selected = non_blank[selected]  # [B, M]
+            else:
+                selected = non_blank.expand(batch_size, -1)
+                selected_scores = frame.index_select(1, non_blank)
+            if config.token_min_log_prob > minus_inf:
+                best_label_score = selected_scores.max(dim=1, keepdim=True).values
+                keep = (selected_scores >= config.token_min_log_prob) | (selected_scores == best_label_score)
+                selected_scores = torch.where(keep, selected_scores, minus_inf)
+            repeats = selected.unsqueeze(1) == last_labels.unsqueeze(2)  # [B, K, M]
+            extend = torch.where(repeats, p_blank.unsqueeze(2), total.unsqueeze(2)) + selected_scores.unsqueeze(1)
+            extend_score = extend + bonus * (prefix_lengths + 1).to(dtype).unsqueeze(2)
+            if use_lm:
+                lm_labels = ctc_to_lm_labels(selected, blank_id).repeat_interleave(beam, dim=0)  # [B*K, M]
+                if score_labels is not None:  # an LM that can score just these labels (NgramLm can)
+                    lm_scores, next_states = score_labels(lm_states.reshape(-1), lm_labels)
+                else:
+                    all_scores, all_next = self.lm.advance(lm_states.reshape(-1))  # [B*K, V-1]
+                    lm_scores, next_states = all_scores.gather(1, lm_labels), all_next.gather(1, lm_labels)
+                lm_scores = lm_scores.to(dtype).view(batch_size, beam, -1)  # [B, K, M]
+                next_states = next_states.view(batch_size, beam, -1)
+                extend_score = extend_score + lm_weight * (lm_total.unsqueeze(2) + lm_scores)
+
+            # merge: the extension of slot k by slot j's last label (if selected) is slot j's prefix
             is_parent = (
                 (parent_hashes.unsqueeze(2) == hashes.unsqueeze(1))
                 & (prefix_lengths.unsqueeze(2) == prefix_lengths.unsqueeze(1) + 1)
                 & valid.unsqueeze(1)
                 & valid.unsqueeze(2)
             )  # [B, J, K]
-            has_parent = is_parent.any(dim=2)
+            is_selected = selected.unsqueeze(1) == last_labels.unsqueeze(2)  # [B, J, M]
+            has_parent = is_parent.any(dim=2) & is_selected.any(dim=2)
             parents = is_parent.to(torch.uint8).argmax(dim=2)  # [B, J]
-            # slots without a parent point at (slot 0, blank), which is -inf anyway
-            flat_index = torch.where(has_parent, parents * num_labels + last_labels, blank_id)  # [B, J]
-            merged = extend.view(batch_size, -1).gather(1, flat_index)
+            positions = is_selected.to(torch.uint8).argmax(dim=2)  # [B, J]
+            flat_index = parents * labels_per_frame + positions
+            merged = torch.where(has_parent, extend.view(batch_size, -1).gather(1, flat_index), minus_inf)
             # the larger contribution decides whose frames the merged prefix keeps
-            restamp = has_parent & (merged > torch.logaddexp(same_blank, same_label))  # [B, J]
-            same_label = torch.where(has_parent, torch.logaddexp(same_label, merged), same_label)
-            extend_score.view(batch_size, -1).scatter_(1, flat_index, minus_inf)
+            restamp = merged > same_score  # [B, J]; false where there is nothing to merge
+            same_score = torch.logaddexp(same_score, merged)
+            same_label = torch.logaddexp(same_label, merged)
+            # scatter_add, not scatter: rows with nothing to merge may point at the same candidate
+            removed = torch.zeros(batch_size, beam * labels_per_frame, dtype=torch.long, device=device)
+            removed.scatter_add_(1, flat_index, has_parent.long())
+            extend_score = torch.where(removed.view_as(extend_score) > 0, minus_inf, extend_score)
+            same_score = same_score + lm_weight * lm_total + bonus * prefix_lengths.to(dtype)
 
-            same_score = (
-                torch.logaddexp(same_blank, same_label)
-                + lm_weight * lm_total
-                + config.insertion_bonus * prefix_lengths.to(dtype)
-            )
-            candidates = torch.cat([same_score, extend_score.view(batch_size, -1)], dim=1)  # [B, K + K*V]
-            best = candidates.max(dim=1, keepdim=True).values
-            candidates = torch.where(candidates < best - config.beam_threshold, minus_inf, candidates)
+            candidates = torch.cat([same_score, extend_score.view(batch_size, -1)], dim=1)  # [B, K + K*M]
+            if config.beam_threshold < math.inf:
+                best = candidates.max(dim=1, keepdim=True).values
+                candidates = torch.where(candidates < best - config.beam_threshold, minus_inf, candidates)
             top_scores, top = candidates.topk(beam, dim=1)  # [B, K]
 
             is_extension = top >= beam
             extension = (top - beam).clamp(min=0)
-            source = torch.where(is_extension, extension // num_labels, top)  # [B, K]
-            new_labels = extension % num_labels
-            new_valid = top_scores > minus_inf
-
-            new_p_blank = torch.where(is_extension, minus_inf, same_blank.gather(1, source))
-            new_p_label = torch.where(
-                is_extension, extend.view(batch_size, -1).gather(1, extension), same_label.gather(1, source)
-            )
-            new_lm_total = lm_total.gather(1, source)
-            new_lengths = prefix_lengths.gather(1, source) + is_extension
-            source_hashes = hashes.gather(1, source)
-            new_hashes = torch.where(is_extension, source_hashes * HASH_MULTIPLIER + 1 + new_labels, source_hashes)
-            new_parent_hashes = torch.where(is_extension, source_hashes, parent_hashes.gather(1, source))
-            new_last = torch.where(is_extension, new_labels, last_labels.gather(1, source))
-            if use_lm:
-                flat_extension = source * num_labels + new_labels
-                new_lm_total = new_lm_total + torch.where(
-                    is_extension, lm_scores.view(batch_size, -1).gather(1, flat_extension), 0.0
-                )
-                lm_next = ctc_to_lm_labels(new_labels, blank_id)
-                candidates_states = next_states.view(batch_size, beam, -1)[rows, source, lm_next]
-                new_lm_states = torch.where(is_extension, candidates_states, lm_states.gather(1, source))
+            source = torch.where(is_extension, extension // labels_per_frame, top)  # [B, K]
+            position = extension % labels_per_frame
+            new_labels = selected.gather(1, position)
+            new_valid = (top_scores > minus_inf) & active
 
             # history: a continued prefix whose parent's extension outweighed it takes the parent's lineage
             restamped = ~is_extension & restamp.gather(1, source)
             appended = torch.where(restamped, last_labels.gather(1, source), new_labels)
-            active = (t < lengths).unsqueeze(1)  # [B, 1]: utterances that have ended keep their beam
-            stamped = (is_extension | restamped) & new_valid & active
-            identity = torch.arange(beam, device=device).expand(batch_size, beam)
+            stamped = (is_extension | restamped) & new_valid
             history_parents.append(
                 torch.where(active, torch.where(restamped, parents.gather(1, source), source), identity)
             )
             history_labels.append(torch.where(stamped, appended, -1))
             history_scores.append(frame.gather(1, appended))
 
+            new_p_blank = torch.where(is_extension, minus_inf, same_blank.gather(1, source))
+            new_p_label = torch.where(
+                is_extension, extend.view(batch_size, -1).gather(1, extension), same_label.gather(1, source)
+            )
+            source_hashes = hashes.gather(1, source)
             p_blank = torch.where(active, torch.where(new_valid, new_p_blank, minus_inf), p_blank)
             p_label = torch.where(active, torch.where(new_valid, new_p_label, minus_inf), p_label)
-            lm_total = torch.where(active, new_lm_total, lm_total)
-            prefix_lengths = torch.where(active, new_lengths, prefix_lengths)
-            hashes = torch.where(active, new_hashes, hashes)
-            parent_hashes = torch.where(active, new_parent_hashes, parent_hashes)
-            last_labels = torch.where(active, new_last, last_labels)
+            prefix_lengths = torch.where(active, prefix_lengths.gather(1, source) + is_extension, prefix_lengths)
+            parent_hashes = torch.where(
+                active, torch.where(is_extension, source_hashes, parent_hashes.gather(1, source)), parent_hashes
+            )
+            extended_hashes = source_hashes * HASH_MULTIPLIER + 1 + new_labels
+            hashes = torch.where(active, torch.where(is_extension, extended_hashes, source_hashes), hashes)
+            last_labels = torch.where(
+                active, torch.where(is_extension, new_labels, last_labels.gather(1, source)), last_labels
+            )
             valid = torch.where(active, new_valid, valid)
             if use_lm:
+                flat_extension = source * labels_per_frame + position
+                new_lm_total = lm_total.gather(1, source) + torch.where(
+                    is_extension, lm_scores.view(batch_size, -1).gather(1, flat_extension), 0.0
+                )
+                new_lm_states = torch.where(
+                    is_extension,
+                    next_states.view(batch_size, -1).gather(1, flat_extension),
+                    lm_states.gather(1, source),
+                )
+                lm_total = torch.where(active, new_lm_total, lm_total)
                 lm_states = torch.where(active, new_lm_states, lm_states)
 
-        final = (
-            torch.logaddexp(p_blank, p_label) + lm_weight * lm_total + config.insertion_bonus * prefix_lengths.to(dtype)
-        )
+        final = torch.logaddexp(p_blank, p_label) + lm_weight * lm_total + bonus * prefix_lengths.to(dtype)
         if use_lm and config.lm_end_of_sentence:
             end_scores = self.lm.final_scores(lm_states.reshape(-1)).to(dtype).view(batch_size, beam)
             final = final + lm_weight * end_scores
@@ -258,6 +291,15 @@ class CtcBeamSearch:
             history_scores,
             frame_map,
         )
+
+    def _only_blank(self, log_probs: Tensor, lengths: Tensor, nbest: int) -> BatchedHypotheses:
+        batch_size, max_time, _ = log_probs.shape
+        inside = torch.arange(max_time, device=log_probs.device) < lengths.unsqueeze(1)
+        scores = torch.full((batch_size, nbest), float("-inf"), dtype=log_probs.dtype, device=log_probs.device)
+        scores[:, 0] = torch.where(inside, log_probs[..., self.blank_id], 0.0).sum(dim=1)
+        hypotheses = BatchedHypotheses(batch_size * nbest, 0, log_probs.device, log_probs.dtype)
+        hypotheses.scores.copy_(scores.reshape(-1))
+        return hypotheses
 
     @staticmethod
     def _backtrack(

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from decoders.ctc import CtcGreedy, collapse_blanks
 from decoders.ctc_beam import CtcBeamConfig, CtcBeamSearch
 from tests.decoders.test_ctc import emissions
-from tests.reference.ctc import BigramLm, exhaustive_best, prefix_beam_search_one
+from tests.reference.ctc import AdvanceOnly, BigramLm, exhaustive_best, prefix_beam_search_one
 
 
 @st.composite
@@ -35,9 +35,11 @@ def beam_cases(draw, max_frames: int = 14, max_labels: int = 7):
         insertion_bonus=draw(st.sampled_from([0.0, 0.7, -0.4])),
         beam_threshold=draw(st.sampled_from([math.inf, 8.0, 2.0])),
         lm_end_of_sentence=draw(st.booleans()),
+        max_labels_per_frame=draw(st.sampled_from([None, None, 1, 2, 4])),
+        token_min_log_prob=draw(st.sampled_from([-math.inf, -math.inf, -3.0])),
     )
     lm = BigramLm.random(num_labels - 1, seed=draw(st.integers(0, 1000)))
-    return log_probs, lengths, blank_id, config, lm
+    return log_probs, lengths, blank_id, config, lm, draw(st.booleans())
 
 
 def reference(log_probs, lengths, blank_id, config, lm, nbest=1):
@@ -52,6 +54,8 @@ def reference(log_probs, lengths, blank_id, config, lm, nbest=1):
             config.beam_threshold,
             config.lm_end_of_sentence,
             nbest,
+            config.max_labels_per_frame,
+            config.token_min_log_prob,
         )
         for b in range(len(lengths))
     ]
@@ -71,8 +75,8 @@ SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[Healt
 @SETTINGS
 @given(beam_cases())
 def test_matches_reference_prefix_beam_search(case):
-    log_probs, lengths, blank_id, config, lm = case
-    got = CtcBeamSearch(blank_id, config, lm)(log_probs, lengths).to_list()
+    log_probs, lengths, blank_id, config, lm, advance_only = case
+    got = CtcBeamSearch(blank_id, config, AdvanceOnly(lm) if advance_only else lm)(log_probs, lengths).to_list()
     for hypothesis, expected in zip(got, reference(log_probs, lengths, blank_id, config, lm)):
         assert_same(hypothesis, expected[0])
 
@@ -80,7 +84,7 @@ def test_matches_reference_prefix_beam_search(case):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(beam_cases(), st.integers(1, 10))
 def test_nbest_matches_reference(case, nbest):
-    log_probs, lengths, blank_id, config, lm = case
+    log_probs, lengths, blank_id, config, lm, _ = case
     nbest = min(nbest, config.beam_size)
     got = CtcBeamSearch(blank_id, config, lm)(log_probs, lengths, nbest=nbest).to_list()
     assert len(got) == len(lengths) * nbest
@@ -116,7 +120,7 @@ def test_wide_beam_finds_the_exhaustive_best(frames, num_labels, lm_weight, inse
 @given(beam_cases(), st.sampled_from(["weak", 0.5, 0.9, 0.999]))
 def test_collapse_maps_frames_back(case, threshold):
     """With collapse, the search equals the reference run on the collapsed emissions, frames mapped back."""
-    log_probs, lengths, blank_id, config, lm = case
+    log_probs, lengths, blank_id, config, lm, _ = case
     collapsed, collapsed_lengths, frame_map = collapse_blanks(
         log_probs, lengths, blank_id, None if threshold == "weak" else threshold
     )
@@ -134,7 +138,7 @@ def test_collapse_maps_frames_back(case, threshold):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(beam_cases())
 def test_one_batch_of_n_equals_n_batches_of_one(case):
-    log_probs, lengths, blank_id, config, lm = case
+    log_probs, lengths, blank_id, config, lm, _ = case
     decode = CtcBeamSearch(blank_id, config, lm)
     together = decode(log_probs, lengths).to_list()
     for b in range(len(lengths)):
@@ -215,6 +219,7 @@ def test_bad_inputs_and_config_are_named():
         dict(collapse_threshold=1.5),
         dict(collapse_threshold="strong"),
         dict(cpu_threads=0),
+        dict(max_labels_per_frame=0),
     ):
         with pytest.raises(ValueError, match=next(iter(bad))):
             CtcBeamConfig(**bad)

@@ -49,12 +49,33 @@ class BigramLm:
     def final_scores(self, states: Tensor) -> Tensor:
         return self.final[states]
 
+    def score_labels(self, states: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+        """states [B], labels [B, M] -> scores and next states [B, M] (the optional fast path NgramLm offers)."""
+        return self.scores[states.unsqueeze(1), labels], self.next_states[states.unsqueeze(1), labels]
+
     # per-utterance helpers for the references
     def score(self, state: int, lm_label: int) -> float:
         return float(self.scores[state, lm_label])
 
     def next_state(self, state: int, lm_label: int) -> int:
         return int(self.next_states[state, lm_label])
+
+
+class AdvanceOnly:
+    """Exactly the `LanguageModel` protocol of a wrapped LM, hiding any optional fast paths."""
+
+    def __init__(self, lm) -> None:
+        self.lm = lm
+        self.vocab_size = lm.vocab_size
+
+    def initial_states(self, batch_size: int) -> Tensor:
+        return self.lm.initial_states(batch_size)
+
+    def advance(self, states: Tensor) -> tuple[Tensor, Tensor]:
+        return self.lm.advance(states)
+
+    def final_scores(self, states: Tensor) -> Tensor:
+        return self.lm.final_scores(states)
 
 
 def to_lm_label(label: int, blank_id: int) -> int:
@@ -143,6 +164,8 @@ def prefix_beam_search_one(
     beam_threshold: float = math.inf,
     lm_end_of_sentence: bool = True,
     nbest: int = 1,
+    max_labels_per_frame: int | None = None,
+    token_min_log_prob: float = -math.inf,
 ) -> list[Hypothesis]:
     """log_probs [T, V] of one utterance -> its nbest hypotheses, best first (prefix beam search).
 
@@ -150,13 +173,18 @@ def prefix_beam_search_one(
     and as itself plus each non-blank label; contributions to the same prefix add up. A prefix's frames and
     token scores come from whichever contribution is larger this frame: its own continuation, or its parent's
     extension (then its last label is stamped with this frame). Candidates more than `beam_threshold` below
-    the best are dropped, the best `beam_size` kept. `lm` needs `score(state, label)`,
-    `next_state(state, label)` and a `final` table (as `BigramLm` has).
+    the best are dropped, the best `beam_size` kept. A frame extends prefixes only by its
+    `max_labels_per_frame` best non-blank labels, and of those only by labels with at least
+    `token_min_log_prob`, or its best one. `lm` needs `score(state, label)`, `next_state(state, label)` and a
+    `final` table (as `BigramLm` has).
     """
     use_lm = lm is not None and lm_weight != 0.0
     rows = log_probs.tolist()
     beams: dict[tuple[int, ...], _Prefix] = {(): _Prefix(p_blank=0.0)}
     for t, row in enumerate(rows):
+        ranked = sorted((v for v in range(len(row)) if v != blank_id), key=lambda v: row[v], reverse=True)
+        allowed = ranked[:max_labels_per_frame] if max_labels_per_frame is not None else ranked
+        allowed = [v for i, v in enumerate(allowed) if i == 0 or row[v] >= token_min_log_prob]
         own: dict[tuple[int, ...], _Prefix] = {}  # continuations of prefixes in the beam
         extensions: dict[tuple[int, ...], _Prefix] = {}  # each prefix's parent extended by its last label
         for prefix, beam in beams.items():
@@ -169,9 +197,7 @@ def prefix_beam_search_one(
                 frames=beam.frames,
                 token_scores=beam.token_scores,
             )
-            for label in range(len(row)):
-                if label == blank_id:
-                    continue
+            for label in allowed:
                 lm_label = to_lm_label(label, blank_id)
                 extensions[prefix + (label,)] = _Prefix(
                     p_label=(beam.p_blank if prefix and label == prefix[-1] else total) + row[label],
@@ -257,10 +283,32 @@ def peaky_emissions(
     confident_blank_fraction: float = 0.6,
     dtype: torch.dtype = torch.float32,
 ) -> Tensor:
-    """log_probs [B, T, V] shaped like a trained CTC model's: label spikes of 1-2 frames, each followed by one
-    uncertain frame, separated by runs of confident blanks (p(blank) > 0.9, most > 0.999) that make up about
-    `confident_blank_fraction` of the frames. A third of the spikes have a close competitor label, so beam
-    search and LM fusion have decisions to make."""
+    """log_probs [B, T, V] shaped like a trained CTC model's (see `peaky_emissions_with_tokens`)."""
+    return peaky_emissions_with_tokens(batch_size, frames, num_labels, blank_id, seed, confident_blank_fraction, dtype)[
+        0
+    ]
+
+
+def peaky_emissions_with_tokens(
+    batch_size: int,
+    frames: int,
+    num_labels: int,
+    blank_id: int,
+    seed: int = 0,
+    confident_blank_fraction: float = 0.6,
+    dtype: torch.dtype = torch.float32,
+    lm: BigramLm | None = None,
+    rival_wins: float = 0.0,
+) -> tuple[Tensor, list[list[int]]]:
+    """log_probs [B, T, V] shaped like a trained CTC model's, and the label sequences they spell.
+
+    Label spikes of 1-2 frames, each followed by one uncertain frame, are separated by runs of confident
+    blanks (p(blank) > 0.9, most > 0.999) that make up about `confident_blank_fraction` of the frames. A third
+    of the spikes have a close rival label, so beam search and LM fusion have decisions to make; with
+    `rival_wins` > 0 a rival can outscore the true label (by up to `rival_wins` nats), which greedy decoding
+    gets wrong and an LM that knows the text can fix. Labels are drawn uniformly, or from `lm` when given
+    (a sentence end starts a new sentence).
+    """
     generator = torch.Generator().manual_seed(seed)
 
     def uniform(low: float, high: float, *shape: int) -> Tensor:
@@ -272,8 +320,11 @@ def peaky_emissions(
     # segments: a blank run (mean length chosen for the fraction), a spike of 1-2 frames, one uncertain frame
     spike_frames = 1.5 + 1.0
     mean_run = max(confident_blank_fraction * spike_frames / max(1.0 - confident_blank_fraction, 1e-6), 0.0)
+    spelled: list[list[int]] = []
     for b in range(batch_size):
         t = 0
+        lm_state = 0
+        spelled.append([])
         while t < frames:
             run = int(torch.poisson(torch.tensor([mean_run]), generator=generator).item())
             for _ in range(run):
@@ -283,23 +334,34 @@ def peaky_emissions(
                 t += 1
             if t >= frames or not non_blank:
                 continue
-            label = non_blank[int(torch.randint(len(non_blank), (1,), generator=generator))]
+            if lm is None:
+                label = non_blank[int(torch.randint(len(non_blank), (1,), generator=generator))]
+            else:
+                while True:  # the next label, or the end of a sentence and a new one
+                    row = torch.cat([lm.scores[lm_state], lm.final[lm_state : lm_state + 1]]).double().exp()
+                    lm_label = int(torch.multinomial(row, 1, generator=generator))
+                    if lm_label < len(non_blank):
+                        lm_state = lm_label + 1
+                        break
+                    lm_state = 0
+                label = non_blank[lm_label]
             rival = non_blank[int(torch.randint(len(non_blank), (1,), generator=generator))]
             has_rival = float(uniform(0.0, 1.0, 1)) < 1 / 3
+            spelled[b].append(label)
             for _ in range(1 + int(float(uniform(0.0, 1.0, 1)) < 0.5)):
                 if t >= frames:
                     break
                 boost = log_v + float(uniform(2.0, 8.0, 1))
                 logits[b, t, label] += boost
                 if has_rival:
-                    logits[b, t, rival] += boost - float(uniform(0.0, 1.5, 1))
+                    logits[b, t, rival] += boost - float(uniform(-rival_wins, 1.5, 1))
                 logits[b, t, blank_id] += log_v + float(uniform(-4.0, 0.0, 1))
                 t += 1
             if t < frames:  # the transition frame: blank likely but not confident
                 logits[b, t, blank_id] += log_v + float(uniform(0.0, 2.0, 1))
                 logits[b, t, label] += log_v + float(uniform(-1.0, 1.0, 1))
                 t += 1
-    return torch.log_softmax(logits, dim=-1).to(dtype)
+    return torch.log_softmax(logits, dim=-1).to(dtype), spelled
 
 
 def random_bigram_arpa(
