@@ -96,6 +96,12 @@ def iter_arpa(path: str | Path) -> Iterator[list[int] | ArpaNgram]:
     seen_in_section = 0
     ended = False
     header_done = False
+    known: dict[str, int] = {}  # token -> id, filled as tokens are first seen
+
+    def remember(token: str) -> int:
+        known[token] = token_to_id(token)
+        return known[token]
+
     with open_text(path) as lines:
         line_number = 0
 
@@ -156,7 +162,8 @@ def iter_arpa(path: str | Path) -> Iterator[list[int] | ArpaNgram]:
                 if log10_prob > 0.0 or log10_prob != log10_prob:
                     raise fail("log10 probability must be <= 0", line)
                 try:
-                    tokens = tuple(token_to_id(token) for token in fields[1 : order + 1])
+                    tokens = tuple(known[token] if token in known else remember(token)
+                                   for token in fields[1 : order + 1])
                 except ValueError as error:
                     raise fail(str(error), line) from None
                 seen_in_section += 1

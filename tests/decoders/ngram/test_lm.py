@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from decoders.ngram.arpa import ArpaFormatError, id_to_token, write_arpa
-from decoders.ngram.lm import BOS_STATE, NgramFileError, NgramLm, advance_torch
+from decoders.ngram.lm import BOS_STATE, NgramFileError, NgramLm, advance_torch, scatter_arcs_torch, walk_torch
 from tests.decoders.ngram.arpa_factory import random_ngrams, random_token_sequences
 from tests.reference.ngram import DictNgramLm
 
@@ -148,6 +148,18 @@ def test_scores_and_advance_match_kenlm(tmp_path, order, drop_prefixes):
         assert scores[row].tolist() == pytest.approx(expected, abs=1e-4, rel=1e-6)
         assert float(lm.final_scores(states[row : row + 1])[0]) == pytest.approx(
             model.BaseScore(state, "</s>", scratch) * LN10, abs=1e-4, rel=1e-6)
+
+
+@pytest.mark.parametrize("order", [2, 5, 10])
+def test_cpu_scatter_equals_the_static_walk(tmp_path, order):
+    """The CPU advance (arcs scattered per chain level) and the GPU one (walk per label) agree bit for bit."""
+    path, vocab_size, _ = random_case(tmp_path, 12, order, drop_prefixes=0.3, vocab_size=40, ngrams_per_order=120)
+    tensors = NgramLm.from_arpa(path, vocab_size).tensors
+    states = torch.cat([torch.arange(tensors.num_states), torch.zeros(3, dtype=torch.long)])
+    labels = torch.arange(vocab_size).expand(states.shape[0], vocab_size)
+    scattered, walked = scatter_arcs_torch(tensors, states), walk_torch(tensors, states, labels)
+    assert torch.equal(scattered[0], walked[0]) and torch.equal(scattered[1], walked[1])
+    assert scatter_arcs_torch(tensors, states[:0])[0].shape == (0, vocab_size)
 
 
 # --- Triton twin, binary format, gzip, devices -----------------------------------------------------------------
