@@ -1,8 +1,9 @@
 """NgramLm against the dict-based reference and KenLM on random ARPA files of orders 2-10.
 
-KenLM (`MAX_ORDER=10 pip install --no-cache-dir kenlm`) loads ARPA files into its probing structure, which
-refuses files with missing prefixes; for those the test converts the file with KenLM's `build_binary trie`
-when that program is on PATH (KenLM's trie fills missing contexts in), and otherwise relies on the reference.
+KenLM (`MAX_ORDER=10 pip install --no-cache-dir kenlm`) refuses ARPA files whose pruning dropped the context
+of a kept n-gram (its probing and trie loaders alike); such files are checked against the dict reference,
+which applies the backoff formula to the file as it is, and against KenLM on the file with those contexts
+restored (probability derived through backoff, backoff 0: the same distribution).
 """
 
 from __future__ import annotations
@@ -10,13 +11,20 @@ from __future__ import annotations
 import gzip
 import math
 import random
-import shutil
 import subprocess
 
 import pytest
 import torch
 
-from decoders.ngram.arpa import ArpaFormatError, id_to_token, write_arpa
+from decoders.ngram.arpa import (
+    KENLM_MISSING_UNK_LOG10,
+    UNK_ID,
+    ArpaFormatError,
+    add_missing_prefixes,
+    id_to_token,
+    read_arpa,
+    write_arpa,
+)
 from decoders.ngram.lm import BOS_STATE, NgramFileError, NgramLm, advance_torch, scatter_arcs_torch, walk_torch
 from tests.decoders.ngram.arpa_factory import random_ngrams, random_token_sequences
 from tests.reference.ngram import DictNgramLm
@@ -93,21 +101,25 @@ def test_structure_invariants(tmp_path):
 
 
 # --- against KenLM ---------------------------------------------------------------------------------------------
-def kenlm_model(path, tmp_path, needs_trie: bool):
+def kenlm_model(path, tmp_path, restore_contexts: bool):
+    """KenLM's model of the file; KenLM refuses n-grams whose context is not listed (probing and trie alike),
+    so a pruned file is given to it with those contexts restored (backoff-derived probability, backoff 0)."""
     kenlm = pytest.importorskip("kenlm")
-    if not needs_trie:
-        try:
-            return kenlm.Model(str(path))
-        except OSError as error:
-            if "compiled" in str(error) or "order" in str(error):
-                pytest.skip(f"this kenlm module cannot load the file; install with MAX_ORDER=10 ({error})")
-            raise
-    build_binary = shutil.which("build_binary")
-    if build_binary is None:
-        pytest.skip("KenLM's build_binary is not on PATH (needed for ARPA files with missing prefixes)")
-    binary = tmp_path / (path.name + ".trie")
-    subprocess.run([build_binary, "-s", "trie", str(path), str(binary)], check=True, capture_output=True)
-    return kenlm.Model(str(binary))
+    if restore_contexts:
+        ngrams = {}
+        arpa = read_arpa(path)
+        for tokens, probs, backoffs in zip(arpa.tokens, arpa.log10_probs, arpa.log10_backoffs):
+            for row, prob, backoff in zip(tokens.tolist(), probs.tolist(), backoffs.tolist()):
+                ngrams[tuple(row)] = (prob, backoff)
+        add_missing_prefixes(ngrams, ngrams.get((UNK_ID,), (KENLM_MISSING_UNK_LOG10, 0.0))[0])
+        path = tmp_path / (path.name + ".restored.arpa")
+        write_arpa(path, ngrams)
+    try:
+        return kenlm.Model(str(path))
+    except OSError as error:
+        if "compiled" in str(error) or "order" in str(error):
+            pytest.skip(f"this kenlm module cannot load the file; install with MAX_ORDER=10 ({error})")
+        raise
 
 
 def kenlm_token_scores(model, sequence: list[int]) -> list[float]:
@@ -126,7 +138,7 @@ def kenlm_token_scores(model, sequence: list[int]) -> list[float]:
 def test_scores_and_advance_match_kenlm(tmp_path, order, drop_prefixes):
     kenlm = pytest.importorskip("kenlm")
     path, vocab_size, sequences = random_case(tmp_path, 7, order, drop_prefixes, with_unk=order % 2 == 0)
-    model = kenlm_model(path, tmp_path, needs_trie=drop_prefixes > 0)
+    model = kenlm_model(path, tmp_path, restore_contexts=drop_prefixes > 0)
     lm = NgramLm.from_arpa(path, vocab_size)
     assert model.order == lm.max_order == order
     tokens, lengths = padded(sequences)
