@@ -8,6 +8,7 @@ reference exactly in tokens, frames and durations, for any WIND window.
 from __future__ import annotations
 
 import functools
+import math
 import random
 
 import pytest
@@ -187,6 +188,22 @@ def test_lm_flips_one_word_only_when_weighted(durations, window):
     assert fused.to_list()[0].frame_indices == plain.to_list()[0].frame_indices == [0, 2]
     lm_bonus = 0.5 * (lm.table[0, 0] + lm.table[1, 2])
     assert fused.to_list()[0].score == pytest.approx(sum(fused.to_list()[0].token_scores) + float(lm_bonus))
+
+
+@pytest.mark.parametrize("durations", [(), (0, 1, 2)])
+def test_a_two_word_arpa_lm_flips_the_second_word(tmp_path, durations):
+    """The same case with an NgramLm from a hand-written ARPA file: after label 0, label 2 is far likelier."""
+    model, _ = two_word_case(durations)
+    path = tmp_path / "two_words.arpa"
+    write_arpa(path, {(0,): (-0.5, -0.3), (1,): (-0.5, 0.0), (2,): (-2.0, 0.0), (-1,): (-99.0, 0.0),
+                      (-2,): (-1.0, 0.0), (0, 2): (-0.05, 0.0)})
+    lm = NgramLm.from_arpa(path, 3)
+    inputs, lengths = frame_inputs(1, 5), torch.tensor([5])
+    plain = LabelLoopingGreedy(model, GreedyConfig(lm_weight=0.0), lm=lm)(inputs, lengths).to_list()[0]
+    fused = LabelLoopingGreedy(model, GreedyConfig(lm_weight=0.5), lm=lm)(inputs, lengths).to_list()[0]
+    assert (plain.tokens, fused.tokens) == ([0, 1], [0, 2])
+    # p(1 | 0) backs off: log10 -0.3 - 0.5; p(2 | 0) is listed: log10 -0.05
+    assert 10.0 + 0.5 * (-0.8 * math.log(10)) < 9.5 + 0.5 * (-0.05 * math.log(10))
 
 
 def test_fusion_rejects_a_mismatched_lm():
