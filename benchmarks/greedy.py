@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -53,19 +52,23 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def timed(decode, encoder_output, lengths, repeats: int, device: str) -> float:
-    """Median wall time in ms over `repeats` runs after one warm-up run."""
-    decode(encoder_output, lengths)
-    times = []
-    for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        decode(encoder_output, lengths)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+def time_interleaved(decoders: dict, encoder_output, lengths, repeats: int, device: str) -> dict[str, float]:
+    """Best wall time in ms of each decoder over `repeats` rounds; every round runs each decoder once, in a
+    rotating order, so that load from other processes falls on all of them alike (the best of several runs
+    is the figure least disturbed by such load)."""
+    names = list(decoders)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(repeats):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            decoders[name](encoder_output, lengths)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times[name].append((time.perf_counter() - start) * 1000)
+    return {name: min(values) for name, values in times.items()}
 
 
 def main() -> None:
@@ -94,19 +97,17 @@ def main() -> None:
         lengths[0] = args.frames
         lengths = lengths.to(args.device)
         reference = decoders["frame_looping"](encoder_output, lengths).to_list()
-        row = {}
-        for name, decode in decoders.items():
+        for name, decode in decoders.items():  # also the warm-up run
             hypotheses = decode(encoder_output, lengths).to_list()
             if [h.tokens for h in hypotheses] != [h.tokens for h in reference]:
                 raise SystemExit(f"{name} disagrees with frame_looping at batch size {batch_size}")
-            row[name] = timed(decode, encoder_output, lengths, args.repeats, args.device)
-        results[str(batch_size)] = row
+        results[str(batch_size)] = time_interleaved(decoders, encoder_output, lengths, args.repeats, args.device)
 
     names = list(decoders)
     print(f"greedy {args.kind} decoding, decoder only: {args.frames} frames, V={args.vocab_size}, "
           f"hidden={args.hidden}, {rate:.3f} labels/frame (blank bias {blank_bias:.2f}), device {args.device}, "
           f"{torch.get_num_threads()} threads")
-    print(f"times in ms (median of {args.repeats}); x = speed-up over frame_looping")
+    print(f"times in ms (best of {args.repeats} interleaved rounds); x = speed-up over frame_looping")
     header = f"{'B':>3} | " + " | ".join(f"{n:>22}" for n in names)
     print(header)
     print("-" * len(header))
