@@ -42,7 +42,6 @@ from decoders.ngram.arpa import (
     UNK_ID,
     ArpaFormatError,
     ArpaModel,
-    add_missing_prefixes,
     read_arpa,
 )
 
@@ -272,92 +271,189 @@ class NgramLm:
 
 
 # --- ARPA -> tensors --------------------------------------------------------------------------------------
+class _RowIndex:
+    """Exact lookup of int64 rows [n, k] in a table of rows (a sorted byte view: no hashing, no collisions)."""
+
+    def __init__(self, rows: np.ndarray) -> None:
+        self.width = rows.shape[1]
+        keys = _row_keys(rows)
+        self.order = np.argsort(keys, kind="stable")
+        self.sorted = keys[self.order]
+
+    def find(self, rows: np.ndarray) -> np.ndarray:
+        """rows [m, k] -> [m] index into the table, or -1."""
+        if len(self.sorted) == 0 or len(rows) == 0:
+            return np.full(len(rows), -1, dtype=np.int64)
+        keys = _row_keys(rows)
+        positions = np.minimum(np.searchsorted(self.sorted, keys), len(self.sorted) - 1)
+        return np.where(self.sorted[positions] == keys, self.order[positions], -1)
+
+
+def _row_keys(rows: np.ndarray) -> np.ndarray:
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    return rows.view(np.dtype((np.void, 8 * rows.shape[1]))).ravel()
+
+
 def tensors_from_arpa(arpa: ArpaModel, vocab_size: int) -> NgramTensors:
-    """Build the tensors of a token-level LM over labels 0 .. vocab_size - 1 from parsed ARPA n-grams."""
+    """Build the tensors of a token-level LM over labels 0 .. vocab_size - 1 from parsed ARPA n-grams.
+
+    Vectorized over each order with numpy (n-grams are looked up as whole rows); the n-gram-by-n-gram
+    version in `tests/reference/ngram.py` gives bit-identical tensors.
+    """
     if vocab_size < 1:
         raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
     max_order = arpa.max_order
-    entries: dict[tuple[int, ...], tuple[float, float]] = {}  # log10 prob, log10 backoff
-    for order_index in range(max_order):
-        rows = arpa.tokens[order_index].tolist()
-        probs = arpa.log10_probs[order_index].tolist()
-        backoffs = arpa.log10_backoffs[order_index].tolist()
-        for row, prob, backoff in zip(rows, probs, backoffs):
-            key = tuple(row)
-            if key in entries:
-                raise ArpaFormatError(f"duplicate {len(key)}-gram {key}")
-            entries[key] = (prob, backoff)
-    unigram_tokens = {key[0] for key in entries if len(key) == 1}
-    for key in entries:
-        for token in key:
-            if token >= vocab_size:
-                raise ArpaFormatError(f"token id {token} in n-gram {key} is outside the vocabulary "
-                                      f"(vocab_size={vocab_size})")
-            if len(key) > 1 and token not in unigram_tokens:
-                raise ArpaFormatError(f"token id {token} in n-gram {key} has no unigram entry")
-    if (BOS_ID,) not in entries:
-        entries[(BOS_ID,)] = (-99.0, 0.0)
-    unk_log10 = entries[(UNK_ID,)][0] if (UNK_ID,) in entries else KENLM_MISSING_UNK_LOG10
+    rows = [np.asarray(t, dtype=np.int64).reshape(-1, k + 1) for k, t in enumerate(arpa.tokens)]
+    probs = [np.asarray(p, dtype=np.float64) for p in arpa.log10_probs]
+    backoffs = [np.asarray(b, dtype=np.float64) for b in arpa.log10_backoffs]
+    unigram_tokens = np.unique(rows[0][:, 0])
+    for k, table in enumerate(rows):
+        outside = np.flatnonzero((table >= vocab_size).any(axis=1))
+        if len(outside):
+            row = tuple(table[outside[0]].tolist())
+            token = max(row)
+            raise ArpaFormatError(f"token id {token} in n-gram {row} is outside the vocabulary "
+                                  f"(vocab_size={vocab_size})")
+        if k > 0:
+            unlisted = ~np.isin(table, unigram_tokens)
+            if unlisted.any():
+                row_index = int(np.flatnonzero(unlisted.any(axis=1))[0])
+                token = int(table[row_index][unlisted[row_index]][0])
+                raise ArpaFormatError(f"token id {token} in n-gram {tuple(table[row_index].tolist())} has no "
+                                      "unigram entry")
+        if len(np.unique(_row_keys(table))) != len(table):
+            keys = _row_keys(table)
+            order = np.argsort(keys, kind="stable")
+            repeated = order[1:][keys[order][1:] == keys[order][:-1]][0]
+            raise ArpaFormatError(f"duplicate {k + 1}-gram {tuple(table[repeated].tolist())}")
+    if BOS_ID not in unigram_tokens:
+        rows[0] = np.concatenate([rows[0], [[BOS_ID]]])
+        probs[0] = np.append(probs[0], -99.0)
+        backoffs[0] = np.append(backoffs[0], 0.0)
+    unk_rows = np.flatnonzero(rows[0][:, 0] == UNK_ID)
+    unk_log10 = float(probs[0][unk_rows[0]]) if len(unk_rows) else KENLM_MISSING_UNK_LOG10
 
-    add_missing_prefixes(entries, unk_log10)
+    # missing prefixes (contexts that pruning dropped): found from the highest order down, so that a created
+    # context gets its own missing contexts; probabilities derived from the lowest order up (see
+    # arpa.add_missing_prefixes, which this mirrors)
+    created = [np.zeros(len(table), dtype=bool) for table in rows]
+    for k in range(max_order - 1, 0, -1):  # order k + 1 grams, their contexts of order k
+        prefixes = np.unique(rows[k][:, :-1], axis=0) if len(rows[k]) else rows[k][:, :-1]
+        missing = prefixes[_RowIndex(rows[k - 1]).find(prefixes) < 0]
+        if len(missing):
+            rows[k - 1] = np.concatenate([rows[k - 1], missing])
+            probs[k - 1] = np.append(probs[k - 1], np.zeros(len(missing)))
+            backoffs[k - 1] = np.append(backoffs[k - 1], np.zeros(len(missing)))
+            created[k - 1] = np.append(created[k - 1], np.ones(len(missing), dtype=bool))
+    index = [_RowIndex(table) for table in rows]
 
-    # states: the empty context, <s>, then every other listed context of order < N
-    state_ids: dict[tuple[int, ...], int] = {(): EMPTY_STATE, (BOS_ID,): BOS_STATE}
-    for key in sorted((k for k in entries if len(k) < max_order and EOS_ID not in k), key=lambda k: (len(k), k)):
-        state_ids.setdefault(key, len(state_ids))
-    num_states = len(state_ids)
+    def backoff_of(grams: np.ndarray) -> np.ndarray:
+        """log10 backoff of each row (0 for a context that is not listed, or the empty context)."""
+        if grams.shape[1] == 0:
+            return np.zeros(len(grams))
+        found = index[grams.shape[1] - 1].find(grams)
+        return np.where(found >= 0, backoffs[grams.shape[1] - 1][np.maximum(found, 0)], 0.0)
 
-    def suffix_state(key: tuple[int, ...], start: int) -> int:
-        for offset in range(start, len(key)):
-            state = state_ids.get(key[offset:])
-            if state is not None:
-                return state
-        return EMPTY_STATE
-
-    unknown_labels = [label for label in range(vocab_size) if label not in unigram_tokens]
-    arc_sources: list[int] = []
-    arc_labels: list[int] = []
-    arc_log10: list[float] = []
-    arc_targets: list[int] = []
-    eos_log10: dict[int, float] = {}
-    for key, (prob, _) in entries.items():
-        context, token = key[:-1], key[-1]
-        source = state_ids.get(context)
-        if source is None or token == BOS_ID:
-            continue  # a context that cannot occur (after </s>), or <s> in the middle: never queried
-        if token == EOS_ID:
-            eos_log10[source] = prob
+    for k in range(1, max_order):
+        targets = np.flatnonzero(created[k])
+        if len(targets) == 0:
             continue
-        target = suffix_state(key, 0)
-        labels = unknown_labels if token == UNK_ID else [token]
-        for label in labels:
-            arc_sources.append(source)
-            arc_labels.append(label)
-            arc_log10.append(prob)
-            arc_targets.append(target)
-    if (UNK_ID,) not in entries:
-        for label in unknown_labels:
-            arc_sources.append(EMPTY_STATE)
-            arc_labels.append(label)
-            arc_log10.append(unk_log10)
-            arc_targets.append(EMPTY_STATE)
+        grams = rows[k][targets]
+        width = k + 1
+        total = backoff_of(grams[:, :-1])
+        result = np.zeros(len(grams))
+        remaining = np.ones(len(grams), dtype=bool)
+        for start in range(1, width):
+            suffix = grams[:, start:]
+            found = index[width - start - 1].find(suffix)
+            hit = remaining & (found >= 0)
+            result[hit] = total[hit] + probs[width - start - 1][found[hit]]
+            remaining &= ~hit
+            if start == width - 1:
+                break
+            total = total + backoff_of(grams[:, start:-1])
+        result[remaining] = total[remaining] + unk_log10
+        probs[k][targets] = result
+
+    # states: the empty context, <s>, then every other context of order < N without </s>, by (order, tokens)
+    state_of = []  # per order: state id of each row, -1 where the row is no state
+    next_id = 2
+    for k, table in enumerate(rows):
+        states = np.full(len(table), -1, dtype=np.int64)
+        if k + 1 < max_order or (k == 0 and max_order == 1):
+            eligible = np.flatnonzero(~(table == EOS_ID).any(axis=1))
+            if k + 1 >= max_order:  # order-1 LM: only <s> is a context
+                eligible = eligible[table[eligible, 0] == BOS_ID]
+            ordered = eligible[np.lexsort(table[eligible].T[::-1])]
+            if k == 0:
+                is_bos = table[ordered, 0] == BOS_ID
+                states[ordered[is_bos]] = BOS_STATE
+                ordered = ordered[~is_bos]
+            states[ordered] = np.arange(next_id, next_id + len(ordered))
+            next_id += len(ordered)
+        state_of.append(states)
+    num_states = next_id
+
+    def state_ids(grams: np.ndarray) -> np.ndarray:
+        """State of each row (-1 if it is none); the empty rows are the empty context."""
+        if grams.shape[1] == 0:
+            return np.zeros(len(grams), dtype=np.int64)
+        found = index[grams.shape[1] - 1].find(grams)
+        return np.where(found >= 0, state_of[grams.shape[1] - 1][np.maximum(found, 0)], -1)
+
+    def longest_suffix_state(grams: np.ndarray, first: int) -> np.ndarray:
+        result = np.full(len(grams), -1, dtype=np.int64)
+        for start in range(first, grams.shape[1]):
+            result = np.where(result < 0, state_ids(grams[:, start:]), result)
+        return np.where(result < 0, EMPTY_STATE, result)
+
+    present = set(rows[0][:, 0].tolist())
+    unknown_labels = np.array([label for label in range(vocab_size) if label not in present], dtype=np.int64)
+    arc_sources, arc_labels, arc_log10, arc_targets = [], [], [], []
+    eos_log10 = np.full(num_states, np.nan)
+    for k, table in enumerate(rows):
+        sources = state_ids(table[:, :-1])
+        tokens = table[:, -1]
+        keep = (sources >= 0) & (tokens != BOS_ID)
+        eos = keep & (tokens == EOS_ID)
+        eos_log10[sources[eos]] = probs[k][eos]
+        keep &= tokens != EOS_ID
+        targets = longest_suffix_state(table[keep], 0)
+        sources, tokens, weights = sources[keep], tokens[keep], probs[k][keep]
+        is_unk = tokens == UNK_ID
+        repeat = np.where(is_unk, len(unknown_labels), 1)
+        labels = np.repeat(tokens, repeat)
+        if is_unk.any():
+            labels[np.repeat(is_unk, repeat)] = np.tile(unknown_labels, int(is_unk.sum()))
+        arc_sources.append(np.repeat(sources, repeat))
+        arc_labels.append(labels)
+        arc_log10.append(np.repeat(weights, repeat))
+        arc_targets.append(np.repeat(targets, repeat))
+    if not len(unk_rows):
+        arc_sources.append(np.full(len(unknown_labels), EMPTY_STATE, dtype=np.int64))
+        arc_labels.append(unknown_labels)
+        arc_log10.append(np.full(len(unknown_labels), unk_log10))
+        arc_targets.append(np.full(len(unknown_labels), EMPTY_STATE, dtype=np.int64))
 
     backoff_targets = np.zeros(num_states, dtype=np.int64)
     backoff_log10 = np.zeros(num_states, dtype=np.float64)
     final_log10 = np.zeros(num_states, dtype=np.float64)
-    for key, state in sorted(state_ids.items(), key=lambda item: len(item[0])):  # shorter contexts first
-        if not key:
-            final_log10[state] = eos_log10.get(state, entries.get((EOS_ID,), (unk_log10, 0.0))[0])
+    unigram_eos = np.flatnonzero(rows[0][:, 0] == EOS_ID)
+    final_log10[EMPTY_STATE] = (eos_log10[EMPTY_STATE] if not np.isnan(eos_log10[EMPTY_STATE])
+                                else probs[0][unigram_eos[0]] if len(unigram_eos) else unk_log10)
+    for k, table in enumerate(rows):  # shorter contexts first: a state's backoff target is settled before it
+        is_state = np.flatnonzero(state_of[k] >= 0)
+        if len(is_state) == 0:
             continue
-        backoff_targets[state] = suffix_state(key, 1)
-        backoff_log10[state] = entries[key][1]
-        if state in eos_log10:
-            final_log10[state] = eos_log10[state]
-        else:
-            final_log10[state] = backoff_log10[state] + final_log10[backoff_targets[state]]
+        states = state_of[k][is_state]
+        backoff_targets[states] = longest_suffix_state(table[is_state], 1)
+        backoff_log10[states] = backoffs[k][is_state]
+        listed_eos = eos_log10[states]
+        final_log10[states] = np.where(np.isnan(listed_eos),
+                                       backoff_log10[states] + final_log10[backoff_targets[states]], listed_eos)
 
-    sources = np.array(arc_sources, dtype=np.int64)
-    keys = sources * vocab_size + np.array(arc_labels, dtype=np.int64)
+    sources = np.concatenate(arc_sources)
+    keys = sources * vocab_size + np.concatenate(arc_labels)
     order = np.argsort(keys, kind="stable")
     keys = keys[order]
     if len(keys) > 1 and bool(np.any(keys[1:] == keys[:-1])):
@@ -373,8 +469,8 @@ def tensors_from_arpa(arpa: ArpaModel, vocab_size: int) -> NgramTensors:
     return NgramTensors(
         arc_offsets=torch.from_numpy(offsets),
         arc_keys=torch.from_numpy(keys),
-        arc_weights=torch.from_numpy((np.array(arc_log10, dtype=np.float64)[order] * LN10).astype(np.float32)),
-        arc_targets=torch.from_numpy(np.array(arc_targets, dtype=np.int32)[order]),
+        arc_weights=torch.from_numpy((np.concatenate(arc_log10)[order] * LN10).astype(np.float32)),
+        arc_targets=torch.from_numpy(np.concatenate(arc_targets)[order].astype(np.int32)),
         backoff_targets=torch.from_numpy(backoff_targets),
         backoff_weights=torch.from_numpy((backoff_log10 * LN10).astype(np.float32)),
         final_weights=torch.from_numpy((final_log10 * LN10).astype(np.float32)),

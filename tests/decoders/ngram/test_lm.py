@@ -25,9 +25,17 @@ from decoders.ngram.arpa import (
     read_arpa,
     write_arpa,
 )
-from decoders.ngram.lm import BOS_STATE, NgramFileError, NgramLm, advance_torch, scatter_arcs_torch, walk_torch
+from decoders.ngram.lm import (
+    BOS_STATE,
+    NgramFileError,
+    NgramLm,
+    advance_torch,
+    scatter_arcs_torch,
+    tensors_from_arpa,
+    walk_torch,
+)
 from tests.decoders.ngram.arpa_factory import random_ngrams, random_token_sequences
-from tests.reference.ngram import DictNgramLm
+from tests.reference.ngram import DictNgramLm, reference_tensors_from_arpa
 
 LN10 = math.log(10.0)
 ORDERS = range(2, 11)
@@ -85,6 +93,21 @@ def test_scores_match_reference(tmp_path, order, drop_prefixes):
         for row, sequence in enumerate(sequences):
             assert scores[row].tolist() == pytest.approx(reference.next_scores(sequence, vocab_size), abs=1e-4,
                                                          rel=1e-6)
+
+
+TENSOR_NAMES = ("arc_offsets", "arc_keys", "arc_weights", "arc_targets", "backoff_targets", "backoff_weights",
+                "final_weights")
+
+
+@pytest.mark.parametrize("order", range(1, 11))
+def test_vectorized_build_equals_the_dict_build(tmp_path, order):
+    for drop_prefixes, with_unk in [(0.0, True), (0.4, False), (0.4, True)]:
+        path, vocab_size, _ = random_case(tmp_path, 13, order, drop_prefixes, with_unk=with_unk)
+        arpa = read_arpa(path)
+        got, expected = tensors_from_arpa(arpa, vocab_size), reference_tensors_from_arpa(arpa, vocab_size)
+        for name in TENSOR_NAMES:
+            assert torch.equal(getattr(got, name), getattr(expected, name)), (name, drop_prefixes, with_unk)
+        assert (got.max_state_arcs, got.max_order) == (expected.max_state_arcs, expected.max_order)
 
 
 def test_structure_invariants(tmp_path):
@@ -212,8 +235,7 @@ def test_binary_round_trip_memory_maps(tmp_path):
     binary = tmp_path / "lm.bin"
     lm.save(binary)
     loaded = NgramLm.load(binary)
-    for name in ("arc_offsets", "arc_keys", "arc_weights", "arc_targets", "backoff_targets", "backoff_weights",
-                 "final_weights"):
+    for name in TENSOR_NAMES:
         assert torch.equal(getattr(loaded.tensors, name), getattr(lm.tensors, name)), name
     assert (loaded.vocab_size, loaded.max_order, loaded.ngram_counts) == (lm.vocab_size, lm.max_order,
                                                                           lm.ngram_counts)
