@@ -42,6 +42,7 @@ from decoders.hypotheses import BatchedHypotheses
 from decoders.protocols import LanguageModel
 
 HASH_MULTIPLIER = 6364136223846793005  # NeMo's rolling hash: h' = h * M + 1 + label (int64 wraparound)
+_CHUNK_FRAMES = 64  # label selection runs on this many frames at once
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,10 @@ class CtcBeamConfig:
     beam_threshold: float = math.inf  # drop candidates scoring more than this below the best (pyctcdecode: 10)
     collapse_threshold: float | Literal["weak"] | None = None  # None: no collapse; "weak": argmax is blank
     lm_end_of_sentence: bool = True  # add lm_weight * log p(</s> | prefix) before the final ranking
-    # extension candidates per frame: the frame's M best non-blank labels (None: all; exact without an LM
-    # either way), and of those only labels with at least this log-probability, or the frame's best label
-    # (pyctcdecode's token_min_logp, -5 there)
+    # labels that may start new prefixes on a frame: its M best non-blank labels (None: all; without an LM
+    # the result is exact either way), and of those only labels with at least this log-probability, or the
+    # frame's best label (pyctcdecode's token_min_logp, -5 there). Prefixes already in the beam still
+    # receive every label's probability.
     max_labels_per_frame: int | None = None
     token_min_log_prob: float = -math.inf
     cpu_threads: int | None = None  # torch threads while decoding on the CPU; None keeps the process setting
@@ -145,15 +147,22 @@ class CtcBeamSearch:
         if labels_per_frame == 0:  # blank is the only label: every hypothesis is empty
             return self._only_blank(log_probs, lengths, nbest)
 
+        # frames past an utterance's end become certain blanks, which leave every beam as it is
+        inside = torch.arange(max_time, device=device) < lengths.unsqueeze(1)  # [B, T]
+        if not bool(inside.all()):
+            blank_frame = torch.full((num_labels,), minus_inf, dtype=dtype, device=device)
+            blank_frame[blank_id] = 0.0
+            log_probs = torch.where(inside.unsqueeze(2), log_probs, blank_frame)
+
         # the beam: slot 0 holds the empty prefix, the other slots are empty (score -inf)
         p_blank = torch.full((batch_size, beam), minus_inf, dtype=dtype, device=device)
         p_blank[:, 0] = 0.0
         p_label = torch.full_like(p_blank, minus_inf)
-        lm_total = torch.zeros_like(p_blank)  # unweighted LM log-probability of each prefix
+        prefix_extra = torch.zeros_like(p_blank)  # lm_weight * LM log-probability + insertion bonus * length
         prefix_lengths = torch.zeros(batch_size, beam, dtype=torch.long, device=device)
         last_labels = torch.full_like(prefix_lengths, blank_id)
         hashes = torch.zeros_like(prefix_lengths)
-        parent_hashes = torch.zeros_like(prefix_lengths)
+        parent_hashes = torch.full_like(prefix_lengths, -1)  # no parent: the empty prefix (its hash is 0)
         valid = torch.zeros(batch_size, beam, dtype=torch.bool, device=device)
         valid[:, 0] = True
         lm_states = (
@@ -161,67 +170,63 @@ class CtcBeamSearch:
             if use_lm
             else None
         )
-        identity = torch.arange(beam, device=device).expand(batch_size, beam)
-        # per frame: each slot's source slot, appended label (-1: none) and that label's log-probability
-        history_parents, history_labels, history_scores = [], [], []
+        removed = torch.zeros(batch_size, beam * labels_per_frame, dtype=torch.long, device=device)
+        # per frame: each slot's source slot and appended label (-1: none)
+        history_parents, history_labels = [], []
 
-        active_time = int(lengths.max()) if batch_size > 0 else 0
-        for t in range(active_time):
+        for t in range(int(lengths.max()) if batch_size > 0 else 0):
+            if t % _CHUNK_FRAMES == 0:
+                selected_chunk, selected_scores_chunk = self._select_labels(
+                    log_probs[:, t : t + _CHUNK_FRAMES], non_blank, labels_per_frame
+                )
+                lm_labels_chunk = ctc_to_lm_labels(selected_chunk, blank_id) if use_lm else None
             frame = log_probs[:, t]  # [B, V]
-            active = (t < lengths).unsqueeze(1)  # [B, 1]: utterances that have ended keep their beam
+            selected = selected_chunk[:, t % _CHUNK_FRAMES]  # [B, M]
+            selected_scores = selected_scores_chunk[:, t % _CHUNK_FRAMES]
             total = torch.logaddexp(p_blank, p_label)  # [B, K]
-            # the prefix itself, through blank or a repeat of its last label
+            # the prefix itself, through blank or a repeat of its last label (empty prefixes have p_label -inf)
+            last_scores = frame.gather(1, last_labels)
             same_blank = total + frame[:, blank_id].unsqueeze(1)
-            same_label = torch.where(prefix_lengths > 0, p_label + frame.gather(1, last_labels), minus_inf)
+            same_label = p_label + last_scores
             same_score = torch.logaddexp(same_blank, same_label)
 
             # extensions by the frame's selected labels [B, K, M]
-            if labels_per_frame < num_labels - 1:
-                selected_scores, selected = frame.index_select(1, non_blank).topk(labels_per_frame, dim=1)
-                selected = non_blank[selected]  # [B, M]
-            else:
-                selected = non_blank.expand(batch_size, -1)
-                selected_scores = frame.index_select(1, non_blank)
-            if config.token_min_log_prob > minus_inf:
-                best_label_score = selected_scores.max(dim=1, keepdim=True).values
-                keep = (selected_scores >= config.token_min_log_prob) | (selected_scores == best_label_score)
-                selected_scores = torch.where(keep, selected_scores, minus_inf)
             repeats = selected.unsqueeze(1) == last_labels.unsqueeze(2)  # [B, K, M]
             extend = torch.where(repeats, p_blank.unsqueeze(2), total.unsqueeze(2)) + selected_scores.unsqueeze(1)
-            extend_score = extend + bonus * (prefix_lengths + 1).to(dtype).unsqueeze(2)
             if use_lm:
-                lm_labels = ctc_to_lm_labels(selected, blank_id).repeat_interleave(beam, dim=0)  # [B*K, M]
+                lm_labels = lm_labels_chunk[:, t % _CHUNK_FRAMES].unsqueeze(1).expand(-1, beam, -1)
+                lm_labels = lm_labels.reshape(batch_size * beam, labels_per_frame)
                 if score_labels is not None:  # an LM that can score just these labels (NgramLm can)
                     lm_scores, next_states = score_labels(lm_states.reshape(-1), lm_labels)
                 else:
                     all_scores, all_next = self.lm.advance(lm_states.reshape(-1))  # [B*K, V-1]
                     lm_scores, next_states = all_scores.gather(1, lm_labels), all_next.gather(1, lm_labels)
-                lm_scores = lm_scores.to(dtype).view(batch_size, beam, -1)  # [B, K, M]
-                next_states = next_states.view(batch_size, beam, -1)
-                extend_score = extend_score + lm_weight * (lm_total.unsqueeze(2) + lm_scores)
+                step_extra = lm_weight * lm_scores.to(dtype).view(batch_size, beam, -1) + bonus  # [B, K, M]
+                extend_score = extend + (prefix_extra.unsqueeze(2) + step_extra)
+            else:
+                extend_score = extend + (prefix_extra + bonus).unsqueeze(2)
 
-            # merge: the extension of slot k by slot j's last label (if selected) is slot j's prefix
+            # merge: the extension of slot k by slot j's last label is slot j's prefix. It adds to slot j whether
+            # or not the label was selected (selection limits new prefixes only), and leaves the candidates.
             is_parent = (
-                (parent_hashes.unsqueeze(2) == hashes.unsqueeze(1))
-                & (prefix_lengths.unsqueeze(2) == prefix_lengths.unsqueeze(1) + 1)
-                & valid.unsqueeze(1)
-                & valid.unsqueeze(2)
+                (parent_hashes.unsqueeze(2) == hashes.unsqueeze(1)) & valid.unsqueeze(1) & valid.unsqueeze(2)
             )  # [B, J, K]
-            is_selected = selected.unsqueeze(1) == last_labels.unsqueeze(2)  # [B, J, M]
-            has_parent = is_parent.any(dim=2) & is_selected.any(dim=2)
+            has_parent = is_parent.any(dim=2)
             parents = is_parent.to(torch.uint8).argmax(dim=2)  # [B, J]
-            positions = is_selected.to(torch.uint8).argmax(dim=2)  # [B, J]
-            flat_index = parents * labels_per_frame + positions
-            merged = torch.where(has_parent, extend.view(batch_size, -1).gather(1, flat_index), minus_inf)
+            from_blank = last_labels == last_labels.gather(1, parents)  # a repeated label needs a blank between
+            parent_mass = torch.where(from_blank, p_blank.gather(1, parents), total.gather(1, parents))
+            merged = torch.where(has_parent, parent_mass + last_scores, minus_inf)
             # the larger contribution decides whose frames the merged prefix keeps
             restamp = merged > same_score  # [B, J]; false where there is nothing to merge
-            same_score = torch.logaddexp(same_score, merged)
+            same_score = torch.logaddexp(same_score, merged) + prefix_extra
             same_label = torch.logaddexp(same_label, merged)
-            # scatter_add, not scatter: rows with nothing to merge may point at the same candidate
-            removed = torch.zeros(batch_size, beam * labels_per_frame, dtype=torch.long, device=device)
-            removed.scatter_add_(1, flat_index, has_parent.long())
+            # `repeats` read as [B, J, M]: where slot j's last label sits among the selected labels
+            remove = has_parent & repeats.any(dim=2)
+            flat_index = parents * labels_per_frame + repeats.to(torch.uint8).argmax(dim=2)
+            # scatter_add, not scatter: rows with nothing to remove may point at the same candidate
+            removed.zero_()
+            removed.scatter_add_(1, flat_index, remove.long())
             extend_score = torch.where(removed.view_as(extend_score) > 0, minus_inf, extend_score)
-            same_score = same_score + lm_weight * lm_total + bonus * prefix_lengths.to(dtype)
 
             candidates = torch.cat([same_score, extend_score.view(batch_size, -1)], dim=1)  # [B, K + K*M]
             if config.beam_threshold < math.inf:
@@ -230,67 +235,72 @@ class CtcBeamSearch:
             top_scores, top = candidates.topk(beam, dim=1)  # [B, K]
 
             is_extension = top >= beam
-            extension = (top - beam).clamp(min=0)
+            extension = (top - beam).clamp(min=0)  # flat index k * M + m into the [B, K, M] extensions
             source = torch.where(is_extension, extension // labels_per_frame, top)  # [B, K]
-            position = extension % labels_per_frame
-            new_labels = selected.gather(1, position)
-            new_valid = (top_scores > minus_inf) & active
+            new_labels = selected.gather(1, extension % labels_per_frame)
+            valid = top_scores > minus_inf
+            source_last = last_labels.gather(1, source)
 
             # history: a continued prefix whose parent's extension outweighed it takes the parent's lineage
             restamped = ~is_extension & restamp.gather(1, source)
-            appended = torch.where(restamped, last_labels.gather(1, source), new_labels)
-            stamped = (is_extension | restamped) & new_valid
-            history_parents.append(
-                torch.where(active, torch.where(restamped, parents.gather(1, source), source), identity)
-            )
-            history_labels.append(torch.where(stamped, appended, -1))
-            history_scores.append(frame.gather(1, appended))
+            stamped = (is_extension | restamped) & valid
+            history_parents.append(torch.where(restamped, parents.gather(1, source), source))
+            history_labels.append(torch.where(stamped, torch.where(restamped, source_last, new_labels), -1))
 
-            new_p_blank = torch.where(is_extension, minus_inf, same_blank.gather(1, source))
-            new_p_label = torch.where(
-                is_extension, extend.view(batch_size, -1).gather(1, extension), same_label.gather(1, source)
+            p_blank = torch.where(is_extension | ~valid, minus_inf, same_blank.gather(1, source))
+            p_label = torch.where(
+                valid,
+                torch.where(
+                    is_extension, extend.view(batch_size, -1).gather(1, extension), same_label.gather(1, source)
+                ),
+                minus_inf,
             )
             source_hashes = hashes.gather(1, source)
-            p_blank = torch.where(active, torch.where(new_valid, new_p_blank, minus_inf), p_blank)
-            p_label = torch.where(active, torch.where(new_valid, new_p_label, minus_inf), p_label)
-            prefix_lengths = torch.where(active, prefix_lengths.gather(1, source) + is_extension, prefix_lengths)
-            parent_hashes = torch.where(
-                active, torch.where(is_extension, source_hashes, parent_hashes.gather(1, source)), parent_hashes
-            )
-            extended_hashes = source_hashes * HASH_MULTIPLIER + 1 + new_labels
-            hashes = torch.where(active, torch.where(is_extension, extended_hashes, source_hashes), hashes)
-            last_labels = torch.where(
-                active, torch.where(is_extension, new_labels, last_labels.gather(1, source)), last_labels
-            )
-            valid = torch.where(active, new_valid, valid)
+            parent_hashes = torch.where(is_extension, source_hashes, parent_hashes.gather(1, source))
+            hashes = torch.where(is_extension, source_hashes * HASH_MULTIPLIER + 1 + new_labels, source_hashes)
+            last_labels = torch.where(is_extension, new_labels, source_last)
+            prefix_lengths = prefix_lengths.gather(1, source) + is_extension
             if use_lm:
-                flat_extension = source * labels_per_frame + position
-                new_lm_total = lm_total.gather(1, source) + torch.where(
-                    is_extension, lm_scores.view(batch_size, -1).gather(1, flat_extension), 0.0
-                )
-                new_lm_states = torch.where(
+                added = torch.where(is_extension, step_extra.view(batch_size, -1).gather(1, extension), 0.0)
+                lm_states = torch.where(
                     is_extension,
-                    next_states.view(batch_size, -1).gather(1, flat_extension),
+                    next_states.view(batch_size, -1).gather(1, extension),
                     lm_states.gather(1, source),
                 )
-                lm_total = torch.where(active, new_lm_total, lm_total)
-                lm_states = torch.where(active, new_lm_states, lm_states)
+            else:
+                added = is_extension * bonus
+            prefix_extra = prefix_extra.gather(1, source) + added
 
-        final = torch.logaddexp(p_blank, p_label) + lm_weight * lm_total + bonus * prefix_lengths.to(dtype)
+        final = torch.logaddexp(p_blank, p_label) + prefix_extra
         if use_lm and config.lm_end_of_sentence:
             end_scores = self.lm.final_scores(lm_states.reshape(-1)).to(dtype).view(batch_size, beam)
             final = final + lm_weight * end_scores
         final = torch.where(valid, final, minus_inf)
         order_scores, order = final.topk(nbest, dim=1)  # [B, N]
         return self._backtrack(
-            order,
-            order_scores,
-            prefix_lengths.gather(1, order),
-            history_parents,
-            history_labels,
-            history_scores,
-            frame_map,
+            log_probs, order, order_scores, prefix_lengths.gather(1, order), history_parents, history_labels, frame_map
         )
+
+    def _select_labels(self, log_probs: Tensor, non_blank: Tensor, labels_per_frame: int) -> tuple[Tensor, Tensor]:
+        """log_probs [B, F, V] -> the labels that may start prefixes on each frame and their scores [B, F, M]
+        (-inf for labels below token_min_log_prob, except each frame's best)."""
+        num_labels = log_probs.shape[2]
+        if self.blank_id == 0:  # views, no copies
+            scores = log_probs[..., 1:]
+        elif self.blank_id == num_labels - 1:  # NeMo's layout
+            scores = log_probs[..., : num_labels - 1]
+        else:
+            scores = log_probs.index_select(2, non_blank)  # [B, F, V-1]
+        if labels_per_frame < scores.shape[2]:
+            scores, indices = scores.topk(labels_per_frame, dim=2)
+            labels = non_blank[indices]
+        else:
+            labels = non_blank.expand(*scores.shape)
+        if self.config.token_min_log_prob > float("-inf"):
+            best = scores.max(dim=2, keepdim=True).values
+            keep = (scores >= self.config.token_min_log_prob) | (scores == best)
+            scores = torch.where(keep, scores, float("-inf"))
+        return labels, scores
 
     def _only_blank(self, log_probs: Tensor, lengths: Tensor, nbest: int) -> BatchedHypotheses:
         batch_size, max_time, _ = log_probs.shape
@@ -303,44 +313,45 @@ class CtcBeamSearch:
 
     @staticmethod
     def _backtrack(
+        log_probs: Tensor,
         order: Tensor,
         scores: Tensor,
         token_lengths: Tensor,
         history_parents: list[Tensor],
         history_labels: list[Tensor],
-        history_scores: list[Tensor],
         frame_map: Tensor | None,
     ) -> BatchedHypotheses:
         """Follow parent pointers from the chosen slots order [B, N] back to the first frame."""
         batch_size, nbest = order.shape
         device = order.device
         found = scores > float("-inf")
-        token_lengths = torch.where(found, token_lengths, 0).reshape(-1)  # [B*N]
+        token_lengths = torch.where(found, token_lengths, 0)  # [B, N]
         capacity = int(token_lengths.max()) if token_lengths.numel() > 0 else 0
         hypotheses = BatchedHypotheses(batch_size * nbest, capacity, device, scores.dtype)
-        hypotheses.token_lengths.copy_(token_lengths)
+        hypotheses.token_lengths.copy_(token_lengths.reshape(-1))
         hypotheses.scores.copy_(scores.reshape(-1))
         if capacity == 0:
             return hypotheses
+        tokens = torch.zeros(batch_size, nbest, capacity, dtype=torch.long, device=device)
+        frames = torch.zeros_like(tokens)  # searched (collapsed) frames
         slots = order.clone()
-        remaining = token_lengths.view(batch_size, nbest).clone()
-        tokens = hypotheses.tokens.view(batch_size, nbest, -1)
-        frames = hypotheses.frame_indices.view(batch_size, nbest, -1)
-        token_scores = hypotheses.token_scores.view(batch_size, nbest, -1)
-        rows = torch.arange(batch_size, device=device).unsqueeze(1)
+        remaining = token_lengths.clone()
+        rows = torch.arange(batch_size, device=device).view(-1, 1, 1).expand(-1, nbest, 1)
         for t in range(len(history_parents) - 1, -1, -1):
             labels = history_labels[t].gather(1, slots)  # [B, N]
             appended = (labels >= 0) & found
             remaining = remaining - appended.long()
-            position = remaining.clamp(0, capacity - 1)
-            frame = (
-                frame_map[:, t].unsqueeze(1).expand(-1, nbest) if frame_map is not None else torch.full_like(labels, t)
+            position = remaining.clamp(0, capacity - 1).unsqueeze(2)
+            tokens.scatter_(
+                2, position, torch.where(appended, labels, tokens.gather(2, position).squeeze(2)).unsqueeze(2)
             )
-            columns = rows, torch.arange(nbest, device=device).unsqueeze(0), position
-            tokens[columns] = torch.where(appended, labels, tokens[columns])
-            frames[columns] = torch.where(appended, frame, frames[columns])
-            token_scores[columns] = torch.where(
-                appended, history_scores[t].gather(1, slots).to(token_scores.dtype), token_scores[columns]
-            )
+            frames.scatter_(2, position, torch.where(appended, t, frames.gather(2, position).squeeze(2)).unsqueeze(2))
             slots = history_parents[t].gather(1, slots)
+        filled = torch.arange(capacity, device=device) < token_lengths.unsqueeze(2)
+        token_scores = torch.where(filled, log_probs[rows, frames, tokens], 0.0)
+        if frame_map is not None:
+            frames = frame_map.unsqueeze(1).expand(-1, nbest, -1).gather(2, frames)
+        hypotheses.tokens.copy_(torch.where(filled, tokens, 0).view(batch_size * nbest, capacity))
+        hypotheses.frame_indices.copy_(torch.where(filled, frames, 0).view(batch_size * nbest, capacity))
+        hypotheses.token_scores.copy_(token_scores.view(batch_size * nbest, capacity))
         return hypotheses
