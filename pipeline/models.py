@@ -1,0 +1,331 @@
+"""NeMo checkpoints: fetch a `.nemo` once per node, load it safely, and adapt it to the decoders' protocols.
+
+This is the one module that knows NeMo (imported lazily, so the rest of the project runs without it).
+
+- `load_asr_model(uri)` takes a local path, `s3://`, `gs://` or any fsspec URI. Remote files are downloaded
+  once per node into a content-addressed cache (`blobs/<sha256>.nemo`), under a file lock and with an atomic
+  rename, so concurrent actors on one node share one copy and never read a partial file. An expected sha256,
+  when given, is checked before anything is unpickled.
+- `AsrModel` exposes what decoding needs: `sample_rate`, `frame_shift_s` (seconds per encoder frame),
+  `encode(waveforms, lengths)`, `max_symbols` (the checkpoint's greedy setting), `transducer` (a
+  `TransducerModel` over NeMo's prediction network and joint, RNN-T or TDT), `ctc` (a `CtcModel` over the CTC
+  head of CTC and hybrid models) and `tokenizer`.
+
+Trust: a `.nemo` file holds a pickled torch checkpoint and a config that names classes to build. Loading
+restores weights with `torch.load(weights_only=True)` and NeMo 3.0 checks every config `_target_` against its
+allow-list, but a checkpoint can still make the loader run code it should not: load models only from
+buckets you trust, and pin their sha256.
+
+Dims: B batch, S samples, T encoder frames, D encoder features, H joint hidden, P prediction output,
+V labels with blank, N TDT durations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from decoders.protocols import PredictorState
+
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "loopscribe" / "models"
+_CHUNK_BYTES = 8 << 20
+
+Head = Literal["transducer", "ctc"]
+
+
+# --- fetching ----------------------------------------------------------------------------------------------
+def _is_local(uri: str) -> bool:
+    return "://" not in uri or uri.startswith("file://")
+
+
+def _local_path(uri: str) -> Path:
+    return Path(uri[len("file://"):] if uri.startswith("file://") else uri).expanduser()
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock held across processes on this node (released if the holder dies)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, prefix=".tmp-") as handle:
+        handle.write(text)
+    os.replace(handle.name, path)
+
+
+def fetch_model(uri: str, sha256: str | None = None, cache_dir: Path | str = DEFAULT_CACHE_DIR) -> Path:
+    """A local path holding the checkpoint at `uri`: the file itself if local, else a node-local cached copy.
+
+    The cache is content-addressed: `blobs/<sha256>.nemo` holds the bytes, and `refs/<key>.json` maps a
+    remote object (URI, size and ETag or mtime) to its blob, so an object that changes is downloaded again.
+    A download streams into a temporary file beside the blob while hashing, checks `sha256` if given, and
+    renames into place; the per-object lock makes concurrent callers wait for one download.
+    """
+    expected = sha256.lower() if sha256 else None
+    if _is_local(uri):
+        path = _local_path(uri)
+        if not path.is_file():
+            raise FileNotFoundError(f"no model file at {uri}")
+        if expected is not None and file_sha256(path) != expected:
+            raise ValueError(f"sha256 of {uri} is not the expected {expected}")
+        return path
+
+    import fsspec
+
+    cache = Path(cache_dir)
+    blobs, refs, locks = cache / "blobs", cache / "refs", cache / "locks"
+    for folder in (blobs, refs, locks):
+        folder.mkdir(parents=True, exist_ok=True)
+    if expected is not None and (blobs / f"{expected}.nemo").is_file():
+        return blobs / f"{expected}.nemo"  # only fully hashed files are ever renamed into blobs/
+
+    filesystem, remote_path = fsspec.core.url_to_fs(uri)
+    info = filesystem.info(remote_path)
+    version = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified") or ""
+    key = hashlib.sha256(f"{uri}\n{info.get('size')}\n{version}".encode()).hexdigest()
+    ref = refs / f"{key}.json"
+    with _file_lock(locks / f"{key}.lock"):
+        if ref.is_file():
+            digest = json.loads(ref.read_text())["sha256"]
+            blob = blobs / f"{digest}.nemo"
+            if blob.is_file():
+                if expected is not None and digest != expected:
+                    raise ValueError(f"sha256 of {uri} is {digest}, not the expected {expected}")
+                return blob
+        digest_state = hashlib.sha256()
+        with tempfile.NamedTemporaryFile(dir=blobs, delete=False, prefix=".download-") as partial:
+            try:
+                with filesystem.open(remote_path, "rb") as source:
+                    while chunk := source.read(_CHUNK_BYTES):
+                        digest_state.update(chunk)
+                        partial.write(chunk)
+                partial.flush()
+                os.fsync(partial.fileno())
+            except BaseException:
+                os.unlink(partial.name)
+                raise
+        digest = digest_state.hexdigest()
+        if expected is not None and digest != expected:
+            os.unlink(partial.name)
+            raise ValueError(f"sha256 of {uri} is {digest}, not the expected {expected}")
+        blob = blobs / f"{digest}.nemo"
+        os.replace(partial.name, blob)
+        _write_atomically(ref, json.dumps({"uri": uri, "sha256": digest, "size": info.get("size")}))
+        return blob
+
+
+# --- adapters ----------------------------------------------------------------------------------------------
+class NemoTransducer:
+    """`TransducerModel` over a NeMo RNN-T or TDT prediction network (`decoder`) and `joint`.
+
+    On the CPU NeMo's joint returns log-softmax over all outputs (labels and durations together); the argmax of
+    each part is that of the raw logits, so greedy decoding is unchanged.
+    """
+
+    def __init__(self, decoder: torch.nn.Module, joint: torch.nn.Module, durations: Sequence[int] = ()) -> None:
+        self.decoder = decoder
+        self.joint = joint
+        self.durations = tuple(int(d) for d in durations)
+        if joint.num_extra_outputs != len(self.durations):
+            raise ValueError(f"the joint has {joint.num_extra_outputs} extra outputs but the config names "
+                             f"{len(self.durations)} TDT durations")
+        self.vocab_size = joint.num_classes_with_blank - 1 - joint.num_extra_outputs
+        self.blank_id = self.vocab_size
+        # an LSTM state is (h, c) of [layers, B, hidden]; a stateless decoder keeps [B, context] tensors
+        self._state_batch_dim = 1 if hasattr(decoder, "pred_rnn_layers") else 0
+
+    def project_encoder(self, encoder_output: Tensor) -> Tensor:
+        return self.joint.project_encoder(encoder_output)
+
+    def initial_state(self, batch_size: int, device, dtype) -> PredictorState:
+        like = torch.empty(batch_size, 1, device=device, dtype=dtype)
+        return tuple(self.decoder.initialize_state(like))
+
+    def predict(self, labels: Tensor, state: PredictorState) -> tuple[Tensor, PredictorState]:
+        output, next_state, *_ = self.decoder.predict(labels.unsqueeze(1), list(state) if state is not None
+                                                      else None, add_sos=False, batch_size=labels.shape[0])
+        return output[:, 0], tuple(next_state)  # [B, P]
+
+    def project_prediction(self, prediction: Tensor) -> Tensor:
+        return self.joint.project_prednet(prediction)
+
+    def joint_after_projection(self, encoder_projected: Tensor, prediction_projected: Tensor) -> Tensor:
+        # NeMo's joint takes f [B, T, H] and g [B, U, H] and returns [B, T, U, V (+N)]: run every row as T = U = 1
+        if encoder_projected.shape != prediction_projected.shape:
+            encoder_projected, prediction_projected = torch.broadcast_tensors(encoder_projected,
+                                                                              prediction_projected)
+        leading, hidden = encoder_projected.shape[:-1], encoder_projected.shape[-1]
+        logits = self.joint.joint_after_projection(encoder_projected.reshape(-1, 1, hidden),
+                                                   prediction_projected.reshape(-1, 1, hidden))  # [N, 1, 1, V (+N)]
+        return logits.reshape(*leading, logits.shape[-1])
+
+    def replace_states_(self, destination: PredictorState, source: PredictorState, mask: Tensor) -> None:
+        if self._state_batch_dim == 1:
+            self.decoder.batch_replace_states_mask(src_states=source, dst_states=destination, mask=mask)
+            return
+        for dst, src in zip(destination, source):
+            torch.where(mask.view(-1, *([1] * (dst.dim() - 1))), src, dst, out=dst)
+
+    def select_states(self, state: PredictorState, indices: Tensor) -> PredictorState:
+        return tuple(s.index_select(self._state_batch_dim, indices) for s in state)
+
+
+class NemoCtcHead:
+    """`CtcModel` over a NeMo CTC head (`ConvASRDecoder`), which takes [B, D, T] and returns log-softmax."""
+
+    def __init__(self, head: torch.nn.Module) -> None:
+        self.head = head
+        self.vocab_size = head.num_classes_with_blank - 1
+        self.blank_id = self.vocab_size
+
+    def log_probs(self, encoder_output: Tensor) -> Tensor:
+        """encoder_output [B, T, D] -> log-probabilities [B, T, V]."""
+        return self.head(encoder_output=encoder_output.transpose(1, 2))
+
+
+class NemoTokenizer:
+    """Token ids -> SentencePiece pieces -> text, as NeMo's decoding turns them into words.
+
+    `punctuation` is the set of punctuation marks NeMo's decoding found in the vocabulary (it attaches them to
+    the word before and adjusts their timestamps).
+    """
+
+    def __init__(self, tokenizer: Any, punctuation: Sequence[str] | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_size = int(tokenizer.vocab_size)
+        self.punctuation = frozenset(punctuation or ())
+
+    def ids_to_pieces(self, ids: Sequence[int]) -> list[str]:
+        return list(self.tokenizer.ids_to_tokens([int(i) for i in ids]))
+
+    def pieces_to_text(self, pieces: Sequence[str]) -> str:
+        return self.tokenizer.tokens_to_text(list(pieces))
+
+    def ids_to_text(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.ids_to_text([int(i) for i in ids])
+
+
+@dataclass(frozen=True)
+class _ModelInfo:
+    kind: str  # "rnnt", "tdt", "ctc", "hybrid_rnnt_ctc" or "hybrid_tdt_ctc"
+    durations: tuple[int, ...]
+
+
+def _describe(nemo_model: Any) -> _ModelInfo:
+    config = nemo_model.cfg
+    has_transducer = hasattr(nemo_model, "joint")
+    has_ctc = hasattr(nemo_model, "ctc_decoder") or not has_transducer
+    durations: tuple[int, ...] = ()
+    if has_transducer:
+        decoding = config.get("decoding", {}) or {}
+        defaults = config.get("model_defaults", {}) or {}
+        is_tdt = decoding.get("model_type") == "tdt" or nemo_model.joint.num_extra_outputs > 0
+        if is_tdt:
+            found = decoding.get("durations") or defaults.get("tdt_durations")
+            if not found:
+                raise ValueError("a TDT model must name its durations in decoding.durations or "
+                                 "model_defaults.tdt_durations")
+            durations = tuple(int(d) for d in found)
+        transducer_kind = "tdt" if durations else "rnnt"
+        kind = f"hybrid_{transducer_kind}_ctc" if has_ctc else transducer_kind
+    else:
+        kind = "ctc"
+    return _ModelInfo(kind=kind, durations=durations)
+
+
+class AsrModel:
+    """A NeMo ASR model as decoders see it: encoder, transducer and/or CTC head, tokenizer, frame timing."""
+
+    def __init__(self, nemo_model: Any) -> None:
+        nemo_model.eval()
+        self.nemo_model = nemo_model
+        info = _describe(nemo_model)
+        self.kind = info.kind
+        preprocessor = nemo_model.preprocessor
+        featurizer = getattr(preprocessor, "featurizer", None)
+        if featurizer is not None:
+            # as NeMo's transcribe(): no dither, no padding of the features to a multiple of frames
+            if hasattr(featurizer, "dither"):
+                featurizer.dither = 0.0
+            if hasattr(featurizer, "pad_to"):
+                featurizer.pad_to = 0
+        self.sample_rate = int(nemo_model.cfg.get("sample_rate") or nemo_model.cfg.preprocessor.sample_rate)
+        self.frame_shift_s = float(nemo_model.cfg.preprocessor.window_stride) * int(
+            nemo_model.encoder.subsampling_factor)
+        self.transducer = (NemoTransducer(nemo_model.decoder, nemo_model.joint, info.durations)
+                           if hasattr(nemo_model, "joint") else None)
+        ctc_head = getattr(nemo_model, "ctc_decoder", None) if self.transducer is not None else nemo_model.decoder
+        self.ctc = NemoCtcHead(ctc_head) if ctc_head is not None else None
+        decoding = getattr(nemo_model, "decoding", None) or getattr(nemo_model, "ctc_decoding", None)
+        self.tokenizer = NemoTokenizer(nemo_model.tokenizer, getattr(decoding, "supported_punctuation", None))
+        greedy = (nemo_model.cfg.get("decoding", {}) or {}).get("greedy", {}) or {}
+        self.max_symbols = int(greedy.get("max_symbols") or 10)  # NeMo's per-frame limit for this checkpoint
+        self.heads: tuple[Head, ...] = tuple(h for h, m in (("transducer", self.transducer), ("ctc", self.ctc))
+                                             if m is not None)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.nemo_model.parameters()).device
+
+    @torch.no_grad()
+    def encode(self, waveforms: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """waveforms [B, S] float at `sample_rate`, lengths [B] samples -> encoder_output [B, T, D], [B] frames."""
+        if waveforms.dim() != 2:
+            raise ValueError(f"waveforms must be [B, S], got {tuple(waveforms.shape)}")
+        if lengths.dim() != 1 or lengths.shape[0] != waveforms.shape[0]:
+            raise ValueError(f"lengths must be [B] with B={waveforms.shape[0]}, got {tuple(lengths.shape)}")
+        self.nemo_model.eval()  # NeMo's transcribe() leaves the encoder in training mode (dropout) when it ends
+        device = self.device
+        features, feature_lengths = self.nemo_model.preprocessor(
+            input_signal=waveforms.to(device=device, dtype=torch.float32), length=lengths.to(device))
+        encoded, encoded_lengths = self.nemo_model.encoder(audio_signal=features, length=feature_lengths)
+        return encoded.transpose(1, 2), encoded_lengths.long()  # [B, D, T] -> [B, T, D]
+
+
+def _safe_connector():
+    """NeMo's SaveRestoreConnector with weights loaded by `torch.load(weights_only=True)`, whatever the env."""
+    from nemo.core.connectors.save_restore_connector import SaveRestoreConnector
+
+    class WeightsOnlyConnector(SaveRestoreConnector):
+        @staticmethod
+        def _load_state_dict_from_disk(model_weights, map_location="cpu"):
+            return torch.load(model_weights, map_location=map_location, weights_only=True)
+
+    return WeightsOnlyConnector()
+
+
+def load_asr_model(uri: str, sha256: str | None = None, cache_dir: Path | str = DEFAULT_CACHE_DIR,
+                   device: str | torch.device = "cpu") -> AsrModel:
+    """Fetch (once per node) and load a NeMo RNN-T, TDT, CTC or hybrid `.nemo`. Load only trusted files."""
+    path = fetch_model(uri, sha256=sha256, cache_dir=cache_dir)
+    from nemo.collections.asr.models import ASRModel
+
+    nemo_model = ASRModel.restore_from(str(path), map_location=torch.device(device),
+                                       save_restore_connector=_safe_connector())
+    return AsrModel(nemo_model)

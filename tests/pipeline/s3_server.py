@@ -1,0 +1,39 @@
+"""A moto S3 server on 127.0.0.1 for tests, with the AWS variables every client reads set before any exists."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+S3_ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+@contextmanager
+def moto_s3(bucket: str) -> Iterator[str]:
+    """Serve S3 on 127.0.0.1 (a free port) with `bucket` created; yields the endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    saved = {name: os.environ.get(name) for name in [*S3_ENVIRONMENT, "AWS_ENDPOINT_URL"]}
+    os.environ.update(S3_ENVIRONMENT, AWS_ENDPOINT_URL=endpoint)
+    try:
+        import boto3
+
+        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+        yield endpoint
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        server.stop()
