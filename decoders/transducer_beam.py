@@ -212,9 +212,8 @@ class _TransducerBeamSearch:
 
     def _append_(self, state: _BeamState, parents: Tensor, labels: Tensor, scores: Tensor, frames: Tensor,
                  next_frames: Tensor, durations: Tensor | None = None) -> None:
-        """Append a column and advance the states. A finished hypothesis reads frame T next, even after a
-        TDT label that jumps past the end, so finished copies of one transcript always merge."""
-        next_frames = torch.minimum(next_frames, state.encoder_lengths)
+        """Append a column and advance the states. As in NeMo, a TDT hypothesis that jumps past the end keeps
+        that frame, so finished copies of one transcript that end on different frames are not merged."""
         state.tree.append_(parents, labels, scores, frames, next_frames, durations)
         self._advance_(state, parents, labels)
 

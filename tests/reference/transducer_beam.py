@@ -82,13 +82,13 @@ class _Reference:
                 fused[self.blank] = (1.0 + alpha) * log_probs[self.blank]
         return log_probs, fused, duration_log_probs
 
-    def extend(self, hyp: Hyp, label: int | None, duration: int, score: float, length: int) -> Hyp:
+    def extend(self, hyp: Hyp, label: int | None, duration: int, score: float) -> Hyp:
         """hyp followed by label (None: carried over; blank: moves max(duration, 1) frames)."""
         if label is None:
             return replace(hyp, score=score)
         frame = hyp.next_frame
         if label == self.blank:
-            return replace(hyp, score=score, next_frame=min(frame + max(duration, 1), length), count=0)
+            return replace(hyp, score=score, next_frame=frame + max(duration, 1), count=0)
         model = self.model
         output, state = model.predict(torch.tensor([label]), hyp.state)
         lm_state = hyp.lm_state
@@ -99,7 +99,7 @@ class _Reference:
             frames=hyp.frames + (frame,),
             durations=hyp.durations + (duration,),
             score=score,
-            next_frame=min(frame + duration, length),
+            next_frame=frame + duration,  # past the end, as NeMo: identical ends on other frames stay apart
             count=hyp.count + 1 if duration == 0 else 0,
             prediction=model.project_prediction(output)[0],
             state=state,
@@ -137,7 +137,7 @@ class _Reference:
                     candidates.append((hyp.score + value, hyp, label, duration))
             candidates = [c for c in candidates if c[0] > -math.inf]
             candidates.sort(key=lambda c: c[0], reverse=True)
-            extended = [self.extend(parent, label, duration, score, length)
+            extended = [self.extend(parent, label, duration, score)
                         for score, parent, label, duration in candidates[:beam_size]]
             beam = self.merge(extended, by_frame=self.is_tdt)
         return self.ranked(beam)
@@ -200,7 +200,7 @@ class _Reference:
                 candidates.sort(key=lambda c: c[0], reverse=True)
                 beam, scored, updating = [], {}, set()
                 for score, parent, label in candidates[: config.beam_size]:
-                    hyp = self.extend(parent, label, 1 if label == self.blank else 0, score, length)
+                    hyp = self.extend(parent, label, 1 if label == self.blank else 0, score)
                     if label == self.blank:  # blank: this hypothesis is done with the frame
                         hyp = replace(hyp, next_frame=frame + 1)
                     beam.append(hyp)
