@@ -312,28 +312,29 @@ class AesBeamSearch(_TransducerBeamSearch):
     def _search(self, state: _BeamState) -> None:
         frames = torch.zeros_like(state.encoder_lengths.squeeze(1))  # [B] each utterance's current frame
         while True:
-            needs_frame = self._skip_blank_frames_(state, frames)
+            logits = self._skip_blank_frames_(state, frames)
             decoding = frames < state.encoder_lengths.squeeze(1)
             if not bool(decoding.any()):
                 break
-            decoding &= needs_frame
-            if bool(decoding.any()):
-                self._frame(state, frames, decoding)
-                frames += decoding
+            self._frame(state, frames, decoding, logits)
+            frames += decoding
 
-    def _skip_blank_frames_(self, state: _BeamState, frames: Tensor) -> Tensor:
-        """WIND beam search moves utterances over frames on which search would only add blank; -> [B] the
-        utterances that need a full frame of search now."""
-        return torch.ones_like(frames, dtype=torch.bool)
+    def _skip_blank_frames_(self, state: _BeamState, frames: Tensor) -> Tensor | None:
+        """WIND beam search moves utterances over frames on which search would only add blank, and returns
+        the joint's output [B, K, V] on the frame each stopped on."""
+        return None
 
-    def _frame(self, state: _BeamState, frame: Tensor, decoding: Tensor) -> None:
-        """One frame of search for the utterances in `decoding` [B], each on its own `frame` [B]."""
+    def _frame(self, state: _BeamState, frame: Tensor, decoding: Tensor, logits: Tensor | None = None) -> None:
+        """One frame of search for the utterances in `decoding` [B], each on its own `frame` [B] (`logits`: the
+        joint's output there, if already known)."""
         tree, model, config = state.tree, self.model, self.config
         batch_size, beam_size = state.batch_size, config.beam_size
         blank = model.blank_id
         frames = frame.unsqueeze(1).expand(batch_size, beam_size)
         updating = decoding.unsqueeze(1) & (tree.scores > NEG_INF)  # [B, K]
-        log_probs, fused = self._label_scores(state, self._joint(state, frames, state.beam_view(state.prediction)))
+        if logits is None:
+            logits = self._joint(state, frames, state.beam_view(state.prediction))
+        log_probs, fused = self._label_scores(state, logits)
         if beam_size > 1:
             tree.scores = torch.where(updating, self._through_prefixes(tree, fused), tree.scores)
 
@@ -404,41 +405,49 @@ class WindBeamSearch(AesBeamSearch):
 
     On a frame where, for every hypothesis of an utterance, blank is the only candidate that survives AES's
     pruning by value, the frame's whole outcome is prefix search plus a blank for every hypothesis, and the
-    prediction network is not needed. One joint call over W frames (the prediction output does not change
-    over blanks, as in WIND greedy) finds the run of such frames, which is then applied with small [B, K]
-    updates; the first frame where some hypothesis may emit a label gets a full AES++ frame. With a model
-    that is confident about blanks most frames are skipped this way.
+    prediction network is not needed. The joint on the current frame (which AES++ computes anyway) tells
+    whether the frame is such a one; if it is, one joint call over the next W frames (the prediction output
+    does not change over blanks, as in WIND greedy) finds the rest of the run, which is applied with small
+    [B, K] updates. The frame where the run ends gets a full AES++ frame, reusing the joint's output there.
+    A model that is confident about blanks skips most frames; one that is not costs what AES++ costs.
     """
 
-    def _skip_blank_frames_(self, state: _BeamState, frames: Tensor) -> Tensor:
+    def _skip_blank_frames_(self, state: _BeamState, frames: Tensor) -> Tensor | None:
         tree, config = state.tree, self.config
-        blank, window = self.model.blank_id, config.window_size
+        blank, beam_size = self.model.blank_id, config.beam_size
         lengths = state.encoder_lengths.squeeze(1)
         skipping = frames < lengths  # [B]
-        if not bool(skipping.any()):
-            return ~skipping
-        window_frames = frames.unsqueeze(1) + torch.arange(window, device=frames.device)  # [B, W]
-        inside = window_frames < lengths.unsqueeze(1)
+        candidates = min(beam_size + config.expansion_beta, self.num_labels)
         prediction = state.beam_view(state.prediction).unsqueeze(2)  # [B, K, 1, H]
-        log_probs, fused = self._label_scores(
-            state, self._joint(state, window_frames.unsqueeze(1).expand(-1, config.beam_size, -1), prediction))
-        ranking = log_probs if config.pruning == "early" else fused  # [B, K, W, V]
-        candidates = min(config.beam_size + config.expansion_beta, self.num_labels)
-        live = tree.scores > NEG_INF
-        for offset in range(window):
-            skipping &= inside[:, offset]
-            if not bool(skipping.any()):
-                break
-            scores = tree.scores
-            if config.beam_size > 1:
-                scores = self._through_prefixes(tree, fused[:, :, offset])
-            # blank alone survives pruning: it ranks first and the runner-up is pruned (as AES computes it)
-            ranked, labels = _top(scores.unsqueeze(-1) + ranking[:, :, offset], min(2, candidates))
-            only_blank = labels[..., 0] == blank
-            if candidates > 1:
-                only_blank &= ranked[..., 1] <= ranked[..., 0] - config.expansion_gamma
-            skipping &= (only_blank | ~live).all(dim=1)
-            moving = skipping.unsqueeze(1) & live
-            tree.scores = torch.where(moving, scores + fused[:, :, offset, blank], tree.scores)
-            frames += skipping
-        return ~skipping  # still skipping after the whole window: look at the next window first
+        stopped_logits = None  # [B, K, V] on the frame where each utterance stops skipping
+        width = 1  # first the current frame alone, then windows of W frames
+        while bool(skipping.any()):
+            window_frames = frames.unsqueeze(1) + torch.arange(width, device=frames.device)  # [B, W]
+            inside = window_frames < lengths.unsqueeze(1)
+            logits = self._joint(state, window_frames.unsqueeze(1).expand(-1, beam_size, -1), prediction)
+            log_probs, fused = self._label_scores(state, logits)  # [B, K, W, V]
+            ranking = log_probs if config.pruning == "early" else fused
+            if stopped_logits is None:
+                stopped_logits = logits[:, :, 0]
+            live = tree.scores > NEG_INF
+            for offset in range(width):
+                skipping &= inside[:, offset]
+                scores = tree.scores
+                if beam_size > 1:
+                    scores = self._through_prefixes(tree, fused[:, :, offset])
+                # blank alone survives pruning: it ranks first and the runner-up is pruned (as AES computes it)
+                ranked, labels = _top(scores.unsqueeze(-1) + ranking[:, :, offset], min(2, candidates))
+                only_blank = labels[..., 0] == blank
+                if candidates > 1:
+                    only_blank &= ranked[..., 1] <= ranked[..., 0] - config.expansion_gamma
+                blank_frame = (only_blank | ~live).all(dim=1)
+                stops = skipping & ~blank_frame
+                stopped_logits = torch.where(stops.view(-1, 1, 1), logits[:, :, offset], stopped_logits)
+                skipping &= blank_frame
+                tree.scores = torch.where(skipping.unsqueeze(1) & live, scores + fused[:, :, offset, blank],
+                                          tree.scores)
+                frames += skipping
+                if not bool(skipping.any()):
+                    break
+            width = config.window_size
+        return stopped_logits
