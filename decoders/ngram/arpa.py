@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,7 +25,6 @@ UNK_ID = -3
 KENLM_MISSING_UNK_LOG10 = -100.0  # what KenLM substitutes when an ARPA file has no <unk>
 SPECIAL_IDS = {"<s>": BOS_ID, "</s>": EOS_ID, "<unk>": UNK_ID}
 SPECIAL_NAMES = {value: key for key, value in SPECIAL_IDS.items()}
-_FIELD_SEPARATOR = re.compile(r"[ \t]+")
 _SECTION = re.compile(r"^\\(\d+)-grams:$")
 _COUNT = re.compile(r"^ngram\s+(\d+)\s*=\s*(\d+)$")
 
@@ -53,8 +53,7 @@ def id_to_token(token_id: int) -> str:
     return chr(token_id + TOKEN_OFFSET)
 
 
-@dataclass(frozen=True)
-class ArpaNgram:
+class ArpaNgram(NamedTuple):
     order: int
     tokens: tuple[int, ...]  # token ids, specials negative
     log10_prob: float
@@ -73,6 +72,14 @@ class ArpaModel:
     @property
     def max_order(self) -> int:
         return len(self.declared_counts)
+
+
+class _TokenIds(dict):
+    """token -> id, converting each token once, when first seen."""
+
+    def __missing__(self, token: str) -> int:
+        self[token] = token_to_id(token)
+        return self[token]
 
 
 def open_text(path: str | Path) -> io.TextIOBase:
@@ -96,12 +103,7 @@ def iter_arpa(path: str | Path) -> Iterator[list[int] | ArpaNgram]:
     seen_in_section = 0
     ended = False
     header_done = False
-    known: dict[str, int] = {}  # token -> id, filled as tokens are first seen
-
-    def remember(token: str) -> int:
-        known[token] = token_to_id(token)
-        return known[token]
-
+    known = _TokenIds()
     with open_text(path) as lines:
         line_number = 0
 
@@ -132,7 +134,7 @@ def iter_arpa(path: str | Path) -> Iterator[list[int] | ArpaNgram]:
                     header_done = True
                     yield [declared[k] for k in range(1, len(declared) + 1)]
                     # fall through to section handling below
-                section = _SECTION.match(line)
+                section = _SECTION.match(line) if line[0] == "\\" else None
                 if section is not None or line == "\\end\\":
                     if order > 0 and seen_in_section != declared[order]:
                         raise fail(f"the {order}-grams section holds {seen_in_section} entries but the header "
@@ -150,7 +152,9 @@ def iter_arpa(path: str | Path) -> Iterator[list[int] | ArpaNgram]:
                     continue
                 if order == 0:
                     raise fail("n-gram line before any section", line)
-                fields = _FIELD_SEPARATOR.split(line)
+                fields = line.replace("\t", " ").split(" ")  # ASCII separators only (see module docstring)
+                if "" in fields:  # runs of separators
+                    fields = [field for field in fields if field]
                 if len(fields) not in (order + 1, order + 2):
                     raise fail(f"a {order}-gram line needs {order + 1} or {order + 2} fields, got {len(fields)}",
                                line)
@@ -162,8 +166,7 @@ def iter_arpa(path: str | Path) -> Iterator[list[int] | ArpaNgram]:
                 if log10_prob > 0.0 or log10_prob != log10_prob:
                     raise fail("log10 probability must be <= 0", line)
                 try:
-                    tokens = tuple(known[token] if token in known else remember(token)
-                                   for token in fields[1 : order + 1])
+                    tokens = tuple(map(known.__getitem__, fields[1 : order + 1]))
                 except ValueError as error:
                     raise fail(str(error), line) from None
                 seen_in_section += 1
@@ -202,7 +205,8 @@ def add_missing_prefixes(ngrams: dict[tuple[int, ...], tuple[float, float]],
 
     A created n-gram `h w` gets the probability the backoff formula gives it without the entry,
     `backoff(h) + p(w | h[1:])`, and backoff 0, so that no probability changes while a context reaches its
-    longer n-grams (KenLM's trie does the same). Values are log10. Returns the created keys, shortest first.
+    longer n-grams (KenLM refuses files with missing contexts; after this it reads them with the same scores).
+    Values are log10. Returns the created keys, shortest first.
     """
 
     def backed_off(context: tuple[int, ...], token: int) -> float:

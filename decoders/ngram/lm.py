@@ -16,7 +16,8 @@ every level and keeping the most specific hit, plus the backoff weights passed o
 backoff formula `p(w | h) = p_arpa(h w)` if `h w` is listed, else `backoff(h) + p(w | h[1:])`.
 ARPA files whose pruning dropped lower-order prefixes of kept n-grams (SRILM, varikn) get the missing
 contexts created as n-grams whose probability is derived through backoff and whose backoff is 0, which
-leaves every probability unchanged (KenLM does the same).
+leaves every probability as the backoff formula gives it for the file as written (KenLM refuses such files;
+`build.py` writes them out with the contexts restored, which KenLM then reads with the same scores).
 
 Scores are natural logs (ARPA's log10 times ln 10). Dims: B batch, V labels (no blank), S states, A arcs,
 N order, K labels queried per state.

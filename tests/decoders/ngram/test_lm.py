@@ -344,3 +344,11 @@ def test_whitespace_like_tokens_are_tokens(tmp_path):
     scores, next_states = lm.advance(lm.initial_states(1, bos=False))
     follow, _ = lm.advance(next_states[:, 33])
     assert float(follow[0, 60]) == pytest.approx(-0.1 * LN10, abs=1e-6)
+
+
+def test_runs_of_separators_count_as_one(tmp_path):
+    path = tmp_path / "spaced.arpa"
+    path.write_text("\\data\\\nngram 1=2\n\n\\1-grams:\n-1.0  d \t-0.5\n-99\t<s>\n\n\\end\\\n", encoding="utf-8")
+    lm = NgramLm.from_arpa(path, 1)
+    scores, _ = lm.advance(lm.initial_states(1, bos=False))
+    assert float(scores[0, 0]) == pytest.approx(-1.0 * LN10, abs=1e-6)
