@@ -170,7 +170,6 @@ class CtcBeamSearch:
             if use_lm
             else None
         )
-        removed = torch.zeros(batch_size, beam * labels_per_frame, dtype=torch.long, device=device)
         # per frame: each slot's source slot and appended label (-1: none)
         history_parents, history_labels = [], []
 
@@ -182,6 +181,7 @@ class CtcBeamSearch:
                 lm_labels_chunk = ctc_to_lm_labels(selected_chunk, blank_id) if use_lm else None
             frame = log_probs[:, t]  # [B, V]
             selected = selected_chunk[:, t % _CHUNK_FRAMES]  # [B, M]
+            width = selected.shape[1]
             selected_scores = selected_scores_chunk[:, t % _CHUNK_FRAMES]
             total = torch.logaddexp(p_blank, p_label)  # [B, K]
             # the prefix itself, through blank or a repeat of its last label (empty prefixes have p_label -inf)
@@ -195,7 +195,7 @@ class CtcBeamSearch:
             extend = torch.where(repeats, p_blank.unsqueeze(2), total.unsqueeze(2)) + selected_scores.unsqueeze(1)
             if use_lm:
                 lm_labels = lm_labels_chunk[:, t % _CHUNK_FRAMES].unsqueeze(1).expand(-1, beam, -1)
-                lm_labels = lm_labels.reshape(batch_size * beam, labels_per_frame)
+                lm_labels = lm_labels.reshape(batch_size * beam, width)
                 if score_labels is not None:  # an LM that can score just these labels (NgramLm can)
                     lm_scores, next_states = score_labels(lm_states.reshape(-1), lm_labels)
                 else:
@@ -222,9 +222,9 @@ class CtcBeamSearch:
             same_label = torch.logaddexp(same_label, merged)
             # `repeats` read as [B, J, M]: where slot j's last label sits among the selected labels
             remove = has_parent & repeats.any(dim=2)
-            flat_index = parents * labels_per_frame + repeats.to(torch.uint8).argmax(dim=2)
+            flat_index = parents * width + repeats.to(torch.uint8).argmax(dim=2)
             # scatter_add, not scatter: rows with nothing to remove may point at the same candidate
-            removed.zero_()
+            removed = torch.zeros(batch_size, beam * width, dtype=torch.long, device=device)
             removed.scatter_add_(1, flat_index, remove.long())
             extend_score = torch.where(removed.view_as(extend_score) > 0, minus_inf, extend_score)
 
@@ -236,8 +236,8 @@ class CtcBeamSearch:
 
             is_extension = top >= beam
             extension = (top - beam).clamp(min=0)  # flat index k * M + m into the [B, K, M] extensions
-            source = torch.where(is_extension, extension // labels_per_frame, top)  # [B, K]
-            new_labels = selected.gather(1, extension % labels_per_frame)
+            source = torch.where(is_extension, extension // max(width, 1), top)  # [B, K]
+            new_labels = selected.gather(1, extension % max(width, 1)) if width > 0 else torch.zeros_like(top)
             valid = top_scores > minus_inf
             source_last = last_labels.gather(1, source)
 
@@ -291,16 +291,38 @@ class CtcBeamSearch:
             scores = log_probs[..., : num_labels - 1]
         else:
             scores = log_probs.index_select(2, non_blank)  # [B, F, V-1]
+        if self.config.token_min_log_prob > float("-inf"):
+            return self._select_sparse(scores, non_blank, labels_per_frame)
         if labels_per_frame < scores.shape[2]:
             scores, indices = scores.topk(labels_per_frame, dim=2)
-            labels = non_blank[indices]
-        else:
-            labels = non_blank.expand(*scores.shape)
-        if self.config.token_min_log_prob > float("-inf"):
-            best = scores.max(dim=2, keepdim=True).values
-            keep = (scores >= self.config.token_min_log_prob) | (scores == best)
-            scores = torch.where(keep, scores, float("-inf"))
-        return labels, scores
+            return non_blank[indices], scores
+        return non_blank.expand(*scores.shape), scores
+
+    def _select_sparse(self, scores: Tensor, non_blank: Tensor, labels_per_frame: int) -> tuple[Tensor, Tensor]:
+        """The M best of the labels at or above token_min_log_prob (or best on their frame), for scores
+        [B, F, V-1] of peaky emissions where few labels pass: compare, then sort only those. M shrinks to the
+        most labels any frame has; padding is blank with score -inf."""
+        batch_size, frames, width = scores.shape
+        best = scores.max(dim=2, keepdim=True).values
+        passing = (scores >= self.config.token_min_log_prob) | ((scores == best) & (best > float("-inf")))
+        passing = passing.view(batch_size * frames, width)
+        counts = passing.sum(dim=1)  # [B*F]
+        kept = max(min(int(counts.max()) if counts.numel() > 0 else 0, labels_per_frame), 1)
+        rows, columns = passing.nonzero(as_tuple=True)  # row-major, labels ascending within a row
+        values = scores.reshape(batch_size * frames, width)[rows, columns]
+        order = torch.sort(values, descending=True, stable=True).indices
+        order = order[torch.sort(rows[order], stable=True).indices]  # by row, best first, ties by label
+        rows, columns, values = rows[order], columns[order], values[order]
+        ranks = torch.arange(rows.shape[0], device=rows.device) - (torch.cumsum(counts, 0) - counts)[rows]
+        inside = ranks < kept
+        rows, ranks = rows[inside], ranks[inside]
+        labels = torch.full((batch_size * frames, kept), self.blank_id, dtype=torch.long, device=scores.device)
+        selected_scores = torch.full(
+            (batch_size * frames, kept), float("-inf"), dtype=scores.dtype, device=scores.device
+        )
+        labels[rows, ranks] = non_blank[columns[inside]]
+        selected_scores[rows, ranks] = values[inside]
+        return labels.view(batch_size, frames, kept), selected_scores.view(batch_size, frames, kept)
 
     def _only_blank(self, log_probs: Tensor, lengths: Tensor, nbest: int) -> BatchedHypotheses:
         batch_size, max_time, _ = log_probs.shape
