@@ -144,8 +144,9 @@ def fetch_model(uri: str, sha256: str | None = None, cache_dir: Path | str = DEF
 class NemoTransducer:
     """`TransducerModel` over a NeMo RNN-T or TDT prediction network (`decoder`) and `joint`.
 
-    On the CPU NeMo's joint returns log-softmax over all outputs (labels and durations together); the argmax of
-    each part is that of the raw logits, so greedy decoding is unchanged.
+    The joint returns raw logits (divided by the joint's temperature), as NeMo's joint does on a GPU; on the
+    CPU NeMo's adds a log-softmax over all outputs (labels and durations together), which changes no argmax.
+    A joint with adapters (checked once, here) goes through NeMo's own `joint_after_projection`.
     """
 
     def __init__(self, decoder: torch.nn.Module, joint: torch.nn.Module, durations: Sequence[int] = ()) -> None:
@@ -157,6 +158,8 @@ class NemoTransducer:
                              f"{len(self.durations)} TDT durations")
         self.vocab_size = joint.num_classes_with_blank - 1 - joint.num_extra_outputs
         self.blank_id = self.vocab_size
+        is_adapted = getattr(joint, "is_adapter_available", None)
+        self._plain_joint = not (is_adapted is not None and is_adapted())
         # an LSTM state is (h, c) of [layers, B, hidden]; a stateless decoder keeps [B, context] tensors
         self._state_batch_dim = 1 if hasattr(decoder, "pred_rnn_layers") else 0
 
@@ -176,7 +179,12 @@ class NemoTransducer:
         return self.joint.project_prednet(prediction)
 
     def joint_after_projection(self, encoder_projected: Tensor, prediction_projected: Tensor) -> Tensor:
-        # NeMo's joint takes f [B, T, H] and g [B, U, H] and returns [B, T, U, V (+N)]: run every row as T = U = 1
+        if self._plain_joint:
+            # NeMo's joint_after_projection minus its CPU-only log-softmax (the decoder normalizes the labels it
+            # scores; argmaxes are unchanged) and minus its [B, T, U] reshaping: any broadcastable shapes work
+            logits = self.joint.joint_net(encoder_projected + prediction_projected)
+            return logits / self.joint.temperature if self.joint.temperature != 1.0 else logits
+        # with adapters, NeMo's own method: f [B, T, H], g [B, U, H] -> [B, T, U, V (+N)], each row as T = U = 1
         if encoder_projected.shape != prediction_projected.shape:
             encoder_projected, prediction_projected = torch.broadcast_tensors(encoder_projected,
                                                                               prediction_projected)
