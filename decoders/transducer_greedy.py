@@ -122,10 +122,11 @@ class _LoopState:
         self.predictor_state = model.initial_state(batch_size, device, dtype)
         self.hypotheses = BatchedHypotheses(batch_size, hypotheses_capacity, device, dtype,
                                             with_durations=len(model.durations) > 0)
-        # shallow fusion: each row's LM state, and the LM's scores and next states for every label from it
+        # shallow fusion: each row's LM state, and lm_weight * the LM's scores and the next states for every
+        # label from it (computed once per label emitted, read by every search step until the next one)
         self.lm_states = torch.zeros(batch_size if lm is not None else 0, **long)
         vocab = lm.vocab_size if lm is not None else 0
-        self.lm_scores = torch.zeros(self.lm_states.shape[0], vocab, dtype=dtype, device=device)  # [B, V - 1]
+        self.lm_weighted_scores = torch.zeros(self.lm_states.shape[0], vocab, dtype=dtype, device=device)  # [B, V-1]
         self.lm_next_states = torch.zeros(self.lm_states.shape[0], vocab, **long)  # [B, V - 1]
 
 
@@ -201,15 +202,14 @@ class LabelLoopingGreedy:
             self._advance_lm(state)
 
     def _advance_lm(self, state: _LoopState) -> None:
-        """The LM's scores and next states of every label from each row's current LM state."""
+        """lm_weight * the LM's scores, and the next states, of every label from each row's current LM state."""
         lm_scores, lm_next_states = self.lm.advance(state.lm_states)
-        state.lm_scores.copy_(lm_scores)
+        state.lm_weighted_scores.copy_(lm_scores)
+        state.lm_weighted_scores.mul_(self.config.lm_weight)
         state.lm_next_states.copy_(lm_next_states)
 
     def _lm_term(self, state: _LoopState) -> Tensor | None:
-        if self.lm is None:
-            return None
-        return self.config.lm_weight * state.lm_scores  # [B, V - 1]
+        return state.lm_weighted_scores if self.lm is not None else None  # [B, V - 1]
 
     def _first_search(self, state: _LoopState) -> None:
         state.active_before.copy_(state.active)
@@ -311,8 +311,8 @@ class LabelLoopingGreedy:
         self.model.replace_states_(state.predictor_state, predictor_state, state.found)
         if self.lm is not None:
             emitted = torch.where(state.found, state.labels, 0).unsqueeze(1)
-            lm_label_scores = state.lm_scores.gather(1, emitted).squeeze(1)
-            state.hypotheses.scores += torch.where(state.found, self.config.lm_weight * lm_label_scores, 0.0)
+            lm_label_scores = state.lm_weighted_scores.gather(1, emitted).squeeze(1)
+            state.hypotheses.scores += torch.where(state.found, lm_label_scores, 0.0)
             torch.where(state.found, state.lm_next_states.gather(1, emitted).squeeze(1), state.lm_states,
                         out=state.lm_states)
             self._advance_lm(state)
