@@ -8,7 +8,7 @@
 - `AesBeamSearch`: modified adaptive expansion search (Kim et al., 2021) in the batched form of AES++
   (same paper): frame-synchronous, with prefix search at each frame, at most `expansion_steps` label
   expansions per frame, `expansion_beta` extra candidates per hypothesis and pruning by value
-  (`expansion_gamma`). RNN-T only for now.
+  (`expansion_gamma`). RNN-T and TDT (see the class docstring for TDT).
 - `WindBeamSearch`: AES++ with windowed non-blank detection (after WIND, Xu et al., 2025): one joint call on
   a window of W frames finds, per utterance, the run of frames on which AES++ would only add blank to every
   hypothesis, and the search moves over them without the prediction network; results equal AES++'s. RNN-T.
@@ -304,10 +304,16 @@ class AlsdBeamSearch(_TransducerBeamSearch):
 
 
 class AesBeamSearch(_TransducerBeamSearch):
-    """Modified adaptive expansion search, batched (AES++), RNN-T: frame-synchronous, prefix search,
-    a bounded number of label expansions per frame, pruning by value."""
+    """Modified adaptive expansion search, batched (AES++): frame-synchronous, prefix search, a bounded
+    number of label expansions per frame, pruning by value. RNN-T as NeMo's `maes_batch`; TDT (which NeMo
+    only has per utterance) as described below.
 
-    supports_tdt = False
+    TDT: on frame t only the hypotheses whose next frame is t expand; the others wait with their score (and
+    compete for the beam, as in NeMo's per-utterance TDT mAES). Candidates are (label, duration) pairs: a
+    label with duration 0 stays on the frame and may expand again, anything else leaves it. Identical
+    hypotheses (same tokens and next frame) are merged by log-sum-exp after every step instead of AES's
+    duplicate removal, and there is no prefix search: hypotheses reach a frame along different paths.
+    """
 
     def _search(self, state: _BeamState) -> None:
         frames = torch.zeros_like(state.encoder_lengths.squeeze(1))  # [B] each utterance's current frame
@@ -324,50 +330,87 @@ class AesBeamSearch(_TransducerBeamSearch):
         the joint's output [B, K, V] on the frame each stopped on."""
         return None
 
+    def _candidates(self, log_probs: Tensor, fused: Tensor, duration_log_probs: Tensor | None
+                    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """Per hypothesis its best candidates [B, K, E]: (ranking scores, fused score increments, labels,
+        duration indices). Early pruning ranks by the model's scores, late by the fused ones."""
+        config = self.config
+        count = config.beam_size + config.expansion_beta
+        ranking = log_probs if config.pruning == "early" else fused
+        if duration_log_probs is None:
+            ranked, labels = _top(ranking, count)
+            return ranked, fused.gather(-1, labels), labels, None
+        num_durations = duration_log_probs.shape[-1]
+        pairs = (ranking.unsqueeze(-1) + duration_log_probs.unsqueeze(-2)).flatten(-2)  # [B, K, V*N]
+        ranked, indices = _top(pairs, count)
+        values = (fused.unsqueeze(-1) + duration_log_probs.unsqueeze(-2)).flatten(-2).gather(-1, indices)
+        return ranked, values, torch.div(indices, num_durations, rounding_mode="floor"), indices % num_durations
+
     def _frame(self, state: _BeamState, frame: Tensor, decoding: Tensor, logits: Tensor | None = None) -> None:
         """One frame of search for the utterances in `decoding` [B], each on its own `frame` [B] (`logits`: the
         joint's output there, if already known)."""
         tree, model, config = state.tree, self.model, self.config
         batch_size, beam_size = state.batch_size, config.beam_size
-        blank = model.blank_id
+        blank, is_tdt = model.blank_id, self.is_tdt
         frames = frame.unsqueeze(1).expand(batch_size, beam_size)
-        updating = decoding.unsqueeze(1) & (tree.scores > NEG_INF)  # [B, K]
+        # the hypotheses on this frame (RNN-T: all of an utterance's; TDT: not those that jumped further)
+        updating = decoding.unsqueeze(1) & (tree.scores > NEG_INF) & (tree.next_frames == frames)  # [B, K]
         if logits is None:
             logits = self._joint(state, frames, state.beam_view(state.prediction))
         log_probs, fused = self._label_scores(state, logits)
-        if beam_size > 1:
+        duration_log_probs = torch.log_softmax(logits[..., self.num_labels:], dim=-1) if is_tdt else None
+        if beam_size > 1 and not is_tdt:
             tree.scores = torch.where(updating, self._through_prefixes(tree, fused), tree.scores)
 
         for _ in range(config.expansion_steps):
             if not bool(updating.any()):
                 break
-            ranking = log_probs if config.pruning == "early" else fused
-            ranked, labels = _top(ranking, beam_size + config.expansion_beta)  # [B, K, E]
+            ranked, steps, labels, duration_indices = self._candidates(log_probs, fused, duration_log_probs)
             candidates = labels.shape[-1]
             ranked = tree.scores.unsqueeze(-1) + ranked
             pruned = ranked <= ranked.max(dim=-1, keepdim=True).values - config.expansion_gamma
-            scores = tree.scores.unsqueeze(-1) + fused.gather(-1, labels)
+            scores = tree.scores.unsqueeze(-1) + steps
             scores = torch.where(pruned | ~updating.unsqueeze(-1), NEG_INF, scores)
             labels = torch.where(updating.unsqueeze(-1), labels, NO_LABEL)
-            if beam_size > 1:
+            if beam_size > 1 and not is_tdt:
                 scores = self._remove_duplicates(tree, labels, scores)
-            # hypotheses done with this frame are carried over in their last candidate slot
+            # hypotheses done with (or waiting for) this frame are carried over in their last candidate slot
             scores[..., -1] = torch.where(updating, scores[..., -1], tree.scores)
 
             new_scores, flat = scores.view(batch_size, -1).topk(beam_size, dim=-1, largest=True, sorted=True)
             parents = torch.div(flat, candidates, rounding_mode="floor")
             new_labels = labels.view(batch_size, -1).gather(1, flat)
             is_blank = new_labels == blank
-            self._append_(state, parents, new_labels, new_scores, frames, frames + is_blank)
-            updating = (new_labels >= 0) & ~is_blank  # extended by a label: may expand again on this frame
-            log_probs, fused = self._label_scores(
-                state, self._joint(state, frames, state.beam_view(state.prediction)))
+            is_label = (new_labels >= 0) & ~is_blank
+            if is_tdt:
+                durations = self._durations_on(frames.device)[duration_indices.view(batch_size, -1).gather(1, flat)]
+                moves = torch.where(is_blank, durations.clamp(min=1), durations)
+                self._append_(state, parents, new_labels, new_scores, frames, frames + moves, durations)
+                tree.recombine_(match_frames=True)
+                updating = is_label & (durations == 0) & (tree.scores > NEG_INF)  # still on this frame
+            else:
+                self._append_(state, parents, new_labels, new_scores, frames, frames + is_blank)
+                updating = is_label  # extended by a label: may expand again on this frame
+            logits = self._joint(state, frames, state.beam_view(state.prediction))
+            log_probs, fused = self._label_scores(state, logits)
+            if is_tdt:
+                duration_log_probs = torch.log_softmax(logits[..., self.num_labels:], dim=-1)
 
-        if bool(updating.any()):  # out of expansions: blank ends the frame
+        if bool(updating.any()):  # out of expansions: blank ends the frame (TDT: with its best duration)
             parents = torch.arange(beam_size, device=frames.device).expand(batch_size, beam_size)
             labels = torch.where(updating, blank, NO_LABEL)
-            scores = torch.where(updating, tree.scores + fused[..., blank], tree.scores)
-            self._append_(state, parents, labels, scores, frames, frames + 1)
+            scores = tree.scores + fused[..., blank]
+            durations = None
+            moves = torch.ones_like(frames)
+            if is_tdt:
+                best_durations, best_indices = duration_log_probs.max(dim=-1)
+                scores = scores + best_durations
+                durations = self._durations_on(frames.device)[best_indices]
+                moves = durations.clamp(min=1)
+            scores = torch.where(updating, scores, tree.scores)
+            self._append_(state, parents, labels, scores, frames, frames + moves, durations)
+            if is_tdt:
+                tree.recombine_(match_frames=True)
 
     @staticmethod
     def _through_prefixes(tree: BeamTree, fused: Tensor) -> Tensor:
@@ -412,6 +455,8 @@ class WindBeamSearch(AesBeamSearch):
     A model that is confident about blanks skips most frames; one that is not costs what AES++ costs.
     """
 
+    supports_tdt = False
+
     def _skip_blank_frames_(self, state: _BeamState, frames: Tensor) -> Tensor | None:
         tree, config = state.tree, self.config
         blank, beam_size = self.model.blank_id, config.beam_size
@@ -444,8 +489,9 @@ class WindBeamSearch(AesBeamSearch):
                 stops = skipping & ~blank_frame
                 stopped_logits = torch.where(stops.view(-1, 1, 1), logits[:, :, offset], stopped_logits)
                 skipping &= blank_frame
-                tree.scores = torch.where(skipping.unsqueeze(1) & live, scores + fused[:, :, offset, blank],
-                                          tree.scores)
+                moving = skipping.unsqueeze(1) & live
+                tree.scores = torch.where(moving, scores + fused[:, :, offset, blank], tree.scores)
+                tree.next_frames = tree.next_frames + moving  # no column is written for a skipped frame
                 frames += skipping
                 if not bool(skipping.any()):
                     break

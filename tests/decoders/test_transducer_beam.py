@@ -110,24 +110,24 @@ def test_alsd_with_lm_fusion_matches_reference(case, mode, lm_weight):
 
 
 @SETTINGS
-@given(cases(kinds=("rnnt",)), st.integers(1, 3), st.integers(0, 3), st.floats(0.5, 5.0))
+@given(cases(), st.integers(1, 3), st.integers(0, 3), st.floats(0.5, 5.0))
 def test_aes_matches_reference(case, steps, beta, gamma):
-    _, encoder_output, lengths, beam_size, _, normalize = case
+    kind, encoder_output, lengths, beam_size, _, normalize = case
     config = BeamSearchConfig(beam_size=beam_size, expansion_steps=steps, expansion_beta=beta,
                               expansion_gamma=gamma, length_normalization=normalize, return_nbest=True)
-    model = tiny_model("rnnt")
+    model = tiny_model(kind)
     batched = AesBeamSearch(model, config)(encoder_output, lengths)
     assert_agree(batched, maes_decode(model, encoder_output, lengths, config), beam_size)
 
 
 @SETTINGS
-@given(cases(kinds=("rnnt",)), st.sampled_from(FUSION_MODES), st.floats(0.1, 1.0))
+@given(cases(), st.sampled_from(FUSION_MODES), st.floats(0.1, 1.0))
 def test_aes_with_lm_fusion_matches_reference(case, mode, lm_weight):
-    _, encoder_output, lengths, beam_size, _, normalize = case
+    kind, encoder_output, lengths, beam_size, _, normalize = case
     pruning, scoring = mode
     config = BeamSearchConfig(beam_size=beam_size, lm_weight=lm_weight, pruning=pruning,
                               blank_lm_scoring=scoring, length_normalization=normalize, return_nbest=True)
-    model, lm = tiny_model("rnnt"), bigram_lm(1)
+    model, lm = tiny_model(kind), bigram_lm(1)
     batched = AesBeamSearch(model, config, lm)(encoder_output, lengths)
     assert_agree(batched, maes_decode(model, encoder_output, lengths, config, lm), beam_size)
 
@@ -241,7 +241,8 @@ def test_invariants_and_nbest_shape():
         model = tiny_model(kind)
         encoder_output, lengths = random_inputs(5, 30, seed=10, lengths=[30, 0, 1, 29, 12])
         config = BeamSearchConfig(beam_size=3, return_nbest=True)
-        decoders = [AlsdBeamSearch(model, config)] + ([AesBeamSearch(model, config)] if kind == "rnnt" else [])
+        decoders = [AlsdBeamSearch(model, config), AesBeamSearch(model, config)]
+        decoders += [WindBeamSearch(model, config)] if kind == "rnnt" else []
         for decoder in decoders:
             hypotheses = decoder(encoder_output, lengths)
             assert hypotheses.nbest.batch_size == 5 * 3
@@ -266,8 +267,6 @@ def test_bad_inputs_and_configs_are_named():
         BeamSearchConfig(pruning="sometimes")
     with pytest.raises(ValueError, match="blank_lm_scoring"):
         BeamSearchConfig(blank_lm_scoring="full")
-    with pytest.raises(ValueError, match="RNN-T only"):
-        AesBeamSearch(tiny_model("tdt01234"), BeamSearchConfig())
     with pytest.raises(ValueError, match="RNN-T only"):
         WindBeamSearch(tiny_model("tdt01234"), BeamSearchConfig())
     with pytest.raises(ValueError, match="window_size"):

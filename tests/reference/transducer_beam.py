@@ -15,6 +15,8 @@ mAES, each frame: prefix search, then up to `expansion_steps` rounds in which ev
 the frame proposes its `beam_size + expansion_beta` best labels (pruned by value with `expansion_gamma`),
 candidates equal to a hypothesis in the beam are dropped and equal candidates keep only the best; a blank
 candidate ends the hypothesis's frame; hypotheses still on the frame after the last round take a blank.
+TDT: only hypotheses whose next frame is this one expand, candidates are (label, duration) pairs, a label
+with duration 0 stays on the frame; no prefix search, and identical hypotheses merge as in ALSD.
 """
 
 from __future__ import annotations
@@ -169,8 +171,9 @@ class _Reference:
         length = encoder_output.shape[0]
         beam = [self.start(encoder_output)]
         for frame in range(length):
-            scored = {id(h): self.scores(h, frame) for h in beam}
-            if config.beam_size > 1:  # prefix search, with the scores from before it for every prefix
+            on_frame = [h for h in beam if h.next_frame == frame]  # TDT: others jumped further and wait
+            scored = {id(h): self.scores(h, frame) for h in on_frame}
+            if config.beam_size > 1 and not self.is_tdt:  # prefix search, with the scores from before it
                 updated = []
                 for hyp in beam:
                     through = [x.score + scored[id(x)][1][hyp.tokens[-1]]
@@ -179,38 +182,57 @@ class _Reference:
                     updated.append(replace(hyp, score=score))
                 scored = {id(new): scored[id(old)] for new, old in zip(updated, beam)}
                 beam = updated
-            updating = {id(h) for h in beam}
+            updating = set(scored)
             for _ in range(config.expansion_steps):
                 if not updating:
                     break
-                candidates = []  # (score, parent, label or None)
+                candidates = []  # (score, parent, label or None, duration)
                 for hyp in beam:
                     if id(hyp) not in updating:
-                        candidates.append((hyp.score, hyp, None))
+                        candidates.append((hyp.score, hyp, None, 0))
                         continue
-                    log_probs, fused, _ = scored[id(hyp)]
-                    ranking = log_probs if config.pruning == "early" else fused
-                    labels = sorted(range(self.num_labels), key=lambda y: ranking[y], reverse=True)
-                    labels = labels[: config.beam_size + config.expansion_beta]
-                    best = hyp.score + ranking[labels[0]]
-                    for label in labels:
-                        if hyp.score + ranking[label] > best - config.expansion_gamma:
-                            candidates.append((hyp.score + fused[label], hyp, label))
-                candidates = self.without_duplicates(beam, candidates)
+                    options = self.expansion_options(*scored[id(hyp)])
+                    best = hyp.score + options[0][0]
+                    for ranking, value, label, duration in options:
+                        if hyp.score + ranking > best - config.expansion_gamma:
+                            candidates.append((hyp.score + value, hyp, label, duration))
+                if not self.is_tdt:
+                    candidates = self.without_duplicates(beam, candidates)
+                candidates = [c for c in candidates if c[0] > -math.inf]
                 candidates.sort(key=lambda c: c[0], reverse=True)
-                beam, scored, updating = [], {}, set()
-                for score, parent, label in candidates[: config.beam_size]:
-                    hyp = self.extend(parent, label, 1 if label == self.blank else 0, score)
-                    if label == self.blank:  # blank: this hypothesis is done with the frame
-                        hyp = replace(hyp, next_frame=frame + 1)
-                    beam.append(hyp)
-                    if label is not None and label != self.blank:
-                        updating.add(id(hyp))
-                        scored[id(hyp)] = self.scores(hyp, frame)
-            # hypotheses still on the frame after the last expansion take a blank
-            beam = [replace(h, score=h.score + scored[id(h)][1][self.blank], next_frame=frame + 1, count=0)
-                    if id(h) in updating else h for h in beam]
+                beam = [self.extend(parent, label, duration, score)
+                        for score, parent, label, duration in candidates[: config.beam_size]]
+                if self.is_tdt:
+                    beam = self.merge(beam, by_frame=True)
+                # hypotheses still on the frame got a label that stays there (RNN-T: any; TDT: duration 0)
+                # and may expand again; the others left it or wait for a later frame
+                updating = {id(h) for h in beam if h.next_frame == frame}
+                scored = {i: self.scores(h, frame) for h in beam if (i := id(h)) in updating}
+            # hypotheses still on the frame after the last expansion take a blank (TDT: its best duration)
+            finished = []
+            for hyp in beam:
+                if id(hyp) in updating:
+                    _, fused, duration_log_probs = scored[id(hyp)]
+                    duration, best = 1, 0.0
+                    if self.is_tdt:
+                        index = max(range(len(duration_log_probs)), key=lambda i: duration_log_probs[i])
+                        duration, best = self.model.durations[index], duration_log_probs[index]
+                    hyp = self.extend(hyp, self.blank, duration, hyp.score + fused[self.blank] + best)
+                finished.append(hyp)
+            beam = self.merge(finished, by_frame=True) if self.is_tdt else finished
         return self.ranked(beam)
+
+    def expansion_options(self, log_probs, fused, duration_log_probs) -> list[tuple[float, float, int, int]]:
+        """One hypothesis's `beam_size + expansion_beta` best candidates: (ranking score, fused score, label,
+        duration), ranked by the model's scores (early pruning) or the fused ones (late)."""
+        ranking = log_probs if self.config.pruning == "early" else fused
+        if self.is_tdt:
+            options = [(ranking[y] + duration_log_probs[i], fused[y] + duration_log_probs[i], y, d)
+                       for y in range(self.num_labels) for i, d in enumerate(self.model.durations)]
+        else:
+            options = [(ranking[y], fused[y], y, 1 if y == self.blank else 0) for y in range(self.num_labels)]
+        options.sort(key=lambda o: o[0], reverse=True)
+        return options[: self.config.beam_size + self.config.expansion_beta]
 
     def without_duplicates(self, beam: list[Hyp], candidates: list[tuple]) -> list[tuple]:
         """Drop label candidates equal to a hypothesis in the beam; of equal candidates keep the best."""
@@ -218,7 +240,7 @@ class _Reference:
         best: dict[tuple, tuple] = {}
         carried = []
         for candidate in candidates:
-            score, parent, label = candidate
+            score, parent, label, _ = candidate
             if score == -math.inf:
                 continue
             if label is None:
@@ -249,7 +271,7 @@ def alsd_decode(model: TransducerModel, encoder_output: torch.Tensor, encoder_le
 @torch.no_grad()
 def maes_decode(model: TransducerModel, encoder_output: torch.Tensor, encoder_lengths: torch.Tensor,
                 config: BeamSearchConfig, lm: LanguageModel | None = None) -> list[list[Hypothesis]]:
-    """encoder_output [B, T, D], encoder_lengths [B] -> per utterance its hypotheses, best first (RNN-T)."""
+    """encoder_output [B, T, D], encoder_lengths [B] -> per utterance its hypotheses, best first."""
     reference = _Reference(model, config, lm)
-    return [[to_hypothesis(h, False) for h in reference.maes(encoder_output[b, : int(length)])]
+    return [[to_hypothesis(h, reference.is_tdt) for h in reference.maes(encoder_output[b, : int(length)])]
             for b, length in enumerate(encoder_lengths.tolist())]
