@@ -22,8 +22,11 @@ Conventions shared with NeMo's `malsd_batch` / `maes_batch`: blank is the last l
 blank moves `max(duration, 1)` frames (RNN-T: 1); after `max_symbols_per_frame` labels in a row on one frame
 the only candidate is blank; finished hypotheses stay in the beam with their score. Where NeMo 3.0 has a
 known quirk this module does the intended thing instead: TDT uses the duration values (not their indices);
-a forced blank is scored like any other blank (with LM blank weighting); AES early pruning with weighted
-blank scoring adds the label score once; the label that ends an AES expansion is tracked per hypothesis.
+a forced blank is scored like any other blank (with LM blank weighting in every pruning mode) and, for TDT,
+takes the best duration (NeMo: that of the hypothesis's first candidate); AES early pruning with weighted
+blank scoring adds the label score once; whether a hypothesis may expand again on an AES frame is tracked
+per hypothesis (NeMo: per beam slot); p(blank) is clamped at 1 - 1e-2 in AES too (NeMo: 1 - 1e-6).
+Without an LM and without forced blanks the results equal NeMo's (tests/decoders/test_transducer_beam_nemo.py).
 
 LM fusion (`lm_weight` = alpha, an LM over the non-blank labels, natural-log scores):
 - `blank_lm_scoring="none"` (ALSD++ eq. 2): blank keeps its log-probability; label y gets
