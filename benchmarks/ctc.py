@@ -119,19 +119,23 @@ def run_ours(decode, log_probs, lengths, batch_size: int, device: str) -> list[l
     return tokens
 
 
-def timed(run, repeats: int, device: str) -> tuple[float, list[list[int]]]:
-    """Median wall time in seconds over `repeats` runs after one warm-up run, and the output."""
-    output = run()
-    times = []
+def timed_side_by_side(runs: dict, repeats: int, device: str) -> dict[str, tuple[float, list[list[int]]]]:
+    """Median wall time in seconds of each run over `repeats` rounds, after one warm-up round, and its output.
+
+    Rounds interleave the runs, so a slow spell on a shared machine hits all of them alike.
+    """
+    outputs = {name: run() for name, run in runs.items()}
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        run()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), output
+        for name, run in runs.items():
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            run()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - start)
+    return {name: (statistics.median(times[name]), outputs[name]) for name in runs}
 
 
 def bench_vocab(args, vocab_size: int, folder: Path) -> dict:
@@ -170,9 +174,7 @@ def bench_vocab(args, vocab_size: int, folder: Path) -> dict:
         import ctc_beam_decoder
 
         labels = ["▁" + peer_symbol(i) for i in range(vocab_size - 1)] + [""]  # "" is the blank
-        peer = ctc_beam_decoder.BeamSearchDecoder(
-            labels, kenlm_model_path=peer_arpa, alpha=args.lm_weight, beta=0.0
-        )
+        peer = ctc_beam_decoder.BeamSearchDecoder(labels, kenlm_model_path=peer_arpa, alpha=args.lm_weight, beta=0.0)
         arrays = [log_probs[u, :length].numpy() for u, length in enumerate(lengths.tolist())]
 
         def run_peer() -> list[list[int]]:
@@ -190,10 +192,10 @@ def bench_vocab(args, vocab_size: int, folder: Path) -> dict:
         runs["ctc-beam-decoder"] = run_peer
         kept["ctc-beam-decoder"] = 1.0
 
-    results = {}
-    for name, run in runs.items():
-        seconds, tokens = timed(run, args.repeats, args.device)
-        results[name] = {"seconds": seconds, "tokens": tokens}
+    results = {
+        name: {"seconds": seconds, "tokens": tokens}
+        for name, (seconds, tokens) in timed_side_by_side(runs, args.repeats, args.device).items()
+    }
     reference_tokens = results["beam"]["tokens"]
     total_truth = sum(len(t) for t in truths)
     rows = {}
@@ -231,7 +233,9 @@ def main() -> None:
             f"\nV={result['vocab_size']} (LM: {result['lm']}; "
             f"{100 * result['confident_blank_fraction']:.0f}% frames with p(blank) > 0.9)"
         )
-        header = f"{'decoder':<22} | {'frames kept':>11} | {'ms/utt':>8} | {'x':>6} | {'TER %':>6} | {'same as beam':>12}"
+        header = (
+            f"{'decoder':<22} | {'frames kept':>11} | {'ms/utt':>8} | {'x':>6} | {'TER %':>6} | {'same as beam':>12}"
+        )
         print(header)
         print("-" * len(header))
         for name, row in result["rows"].items():

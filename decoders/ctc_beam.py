@@ -3,11 +3,14 @@
 The search keeps K distinct label prefixes per utterance, each with two log-probabilities: of the frames so
 far ending in blank (`p_blank`) and ending in its last label (`p_label`) (Hannun et al., 2014, "First-Pass
 Large Vocabulary Continuous Speech Recognition using Bi-Directional Recurrent DNNs"; the textbook prefix
-beam search). One frame is one step for the whole batch over a [B, K, V] tensor of candidates:
+beam search). One frame is one step for the whole batch over a [B, K, M] tensor of candidates:
 - each prefix stays itself through blank (`p_blank' = p + p(blank)`) and through a repeat of its last label
   (`p_label' = p_label + p(last)`);
-- each prefix extends by every non-blank label v (`p_label' = p + p(v)`, or `p_blank + p(v)` when v repeats
-  the last label), adding `lm_weight * log p_lm(v | prefix) + insertion_bonus`;
+- each prefix extends by each of the frame's M selected non-blank labels v (`p_label' = p + p(v)`, or
+  `p_blank + p(v)` when v repeats the last label), adding `lm_weight * log p_lm(v | prefix) + insertion_bonus`.
+  By default all V - 1 labels are selected with an LM, and the K + 1 best without one (which changes nothing:
+  an extension ranked below K + 1 others of its own prefix cannot make the beam); `max_labels_per_frame` and
+  `token_min_log_prob` (pyctcdecode's token pruning) select fewer, at some risk of search errors;
 - an extension equal to a prefix already in the beam is merged into it (log-add of `p_label`): prefixes carry
   a 64-bit rolling hash of their labels and the hash of their parent prefix, so "prefix k extended by the
   last label of prefix j is prefix j" is a [B, K, K] comparison;
@@ -22,6 +25,12 @@ the frames of whichever contribution is larger, so frames follow the most probab
 
 Labels are `0 .. V-1` with blank at `blank_id`; the LM covers the non-blank labels (`lm.vocab_size == V - 1`,
 renumbered without blank as in `decoders.ctc`; NeMo's layout puts blank last, `blank_id == lm.vocab_size`).
+The search calls only the `LanguageModel` protocol, except that an LM with `score_labels(states [N],
+labels [N, M]) -> (scores, next_states)` (as `NgramLm` has) is asked for just the M selected labels.
+
+Frames past an utterance's end are replaced by certain blanks, which leave its beam unchanged, so the loop
+needs no per-utterance masks. The loop runs the same tensor ops on a GPU; host synchronizations happen once
+per call and, with `token_min_log_prob`, once per 64 frames (the sparse label selection).
 
 Dims: B batch, T frames, T' frames after collapse, V labels with blank, K beam, N n-best, U labels.
 """
