@@ -36,14 +36,17 @@ from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy  # noqa:
 from tests.reference.transducer_beam import alsd_decode, maes_decode  # noqa: E402
 
 # WIND beam gives AES++'s results (tests/decoders/test_transducer_beam.py), so its reference is mAES's
+KINDS = {"rnnt": (), "tdt": (0, 1, 2, 3, 4)}
 SEARCHES = {"alsd": (AlsdBeamSearch, alsd_decode), "aes": (AesBeamSearch, maes_decode),
             "wind": (WindBeamSearch, maes_decode)}
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="40 frames, width and vocabulary 128, one repeat, one reference utterance")
+    parser.add_argument("--quick", action="store_true",
+                        help="40 frames, width and vocabulary 128, one repeat, one reference utterance")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--kind", default="rnnt", choices=sorted(KINDS), help="tdt: durations 0-4, no WIND beam")
     parser.add_argument("--frames", type=int, default=250, help="encoder frames per utterance (250 = 20 s)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--beams", type=int, nargs="+", default=[2, 4, 8])
@@ -83,7 +86,7 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     model = TinyTransducer(vocab_size=args.vocab_size, encoder_dim=args.hidden, prediction_dim=args.hidden,
-                           joint_dim=args.hidden, seed=0)
+                           joint_dim=args.hidden, durations=KINDS[args.kind], seed=0)
     if args.blank_bias is None:
         blank_bias = calibrate_blank_bias(model, frames_per_label=3.0)
     else:
@@ -100,13 +103,16 @@ def main() -> None:
         lengths = torch.randint(int(args.frames * 0.8), args.frames + 1, (batch_size,), generator=generator)
         lengths[0] = args.frames
         lengths = lengths.to(args.device)
-        greedy_ms, _ = timed(lambda: greedy(encoder_output, lengths), args.repeats, args.device)
+        greedy_ms, _ = timed(lambda x=encoder_output, n=lengths: greedy(x, n), args.repeats, args.device)
         sample = min(args.reference_utterances, batch_size)
         for name, (search_class, reference) in SEARCHES.items():
+            if args.kind != "rnnt" and not search_class.supports_tdt:
+                continue
             for beam_size in args.beams:
                 config = BeamSearchConfig(beam_size=beam_size, window_size=args.window)
                 decoder = search_class(model, config)
-                batched_ms, hypotheses = timed(lambda: decoder(encoder_output, lengths), args.repeats, args.device)
+                batched_ms, hypotheses = timed(lambda d=decoder, x=encoder_output, n=lengths: d(x, n),
+                                               args.repeats, args.device)
                 start = time.perf_counter()
                 expected = reference(model, encoder_output[:sample].cpu(), lengths[:sample].cpu(), config)
                 reference_ms = (time.perf_counter() - start) * 1000 * batch_size / sample
@@ -119,7 +125,8 @@ def main() -> None:
                              "x_greedy_time": round(batched_ms / greedy_ms, 2),
                              "speedup_vs_reference": round(reference_ms / batched_ms, 1)})
 
-    print(f"transducer beam search (RNN-T), decoder only: {args.frames} frames, WIND window {args.window}, V={args.vocab_size}, "
+    print(f"transducer beam search ({args.kind}), decoder only: {args.frames} frames, WIND window {args.window}, "
+          f"V={args.vocab_size}, "
           f"hidden={args.hidden}, {rate:.3f} labels/frame (blank bias {blank_bias:.2f}), device {args.device}, "
           f"{torch.get_num_threads()} threads; median of {args.repeats}")
     print("time = batched beam search; x greedy = its time / label-looping greedy's; "
@@ -134,7 +141,7 @@ def main() -> None:
               f"{row['speedup_vs_reference']:>6.1f}x")
     command = ("python benchmarks/beam.py " + " ".join(sys.argv[1:])).strip()
     print(f"reproduce: {command}")
-    print(json.dumps({"benchmark": "beam", "command": command, "device": args.device,
+    print(json.dumps({"benchmark": "beam", "command": command, "device": args.device, "kind": args.kind,
                       "machine": platform.machine(), "threads": torch.get_num_threads(), "frames": args.frames,
                       "vocab_size": args.vocab_size, "hidden": args.hidden, "labels_per_frame": round(rate, 4),
                       "reference_utterances": args.reference_utterances, "window": args.window,

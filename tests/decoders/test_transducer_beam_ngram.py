@@ -17,8 +17,14 @@ from decoders.ngram.arpa import write_arpa
 from decoders.ngram.lm import NgramLm
 from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig, WindBeamSearch
 from tests.decoders.ngram.arpa_factory import random_ngrams
-from tests.decoders.test_transducer_beam import (FUSION_MODES, VOCAB_SIZE, assert_agree, assert_same_hypotheses,
-                                                 cases, tiny_model)
+from tests.decoders.test_transducer_beam import (
+    FUSION_MODES,
+    VOCAB_SIZE,
+    assert_agree,
+    assert_same_hypotheses,
+    cases,
+    tiny_model,
+)
 from tests.reference.transducer_beam import alsd_decode, maes_decode
 
 
