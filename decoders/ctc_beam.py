@@ -144,6 +144,10 @@ class CtcBeamSearch:
         lm_weight = config.lm_weight if use_lm else 0.0
         bonus = config.insertion_bonus
         minus_inf = float("-inf")
+        # 0-d tensors: torch.where with a Python scalar builds a tensor on every call
+        neg_inf = torch.tensor(minus_inf, dtype=dtype, device=device)
+        zero = torch.tensor(0.0, dtype=dtype, device=device)
+        no_label = torch.tensor(-1, dtype=torch.long, device=device)
         # the labels each frame may extend prefixes by: the M best non-blank labels. Without an LM, M = K + 1
         # loses nothing: an extension ranked below K + 1 others of its own prefix can never make the beam.
         labels_per_frame = num_labels - 1
@@ -224,7 +228,7 @@ class CtcBeamSearch:
             parents = is_parent.to(torch.uint8).argmax(dim=2)  # [B, J]
             from_blank = last_labels == last_labels.gather(1, parents)  # a repeated label needs a blank between
             parent_mass = torch.where(from_blank, p_blank.gather(1, parents), total.gather(1, parents))
-            merged = torch.where(has_parent, parent_mass + last_scores, minus_inf)
+            merged = torch.where(has_parent, parent_mass + last_scores, neg_inf)
             # the larger contribution decides whose frames the merged prefix keeps
             restamp = merged > same_score  # [B, J]; false where there is nothing to merge
             same_score = torch.logaddexp(same_score, merged) + prefix_extra
@@ -235,12 +239,12 @@ class CtcBeamSearch:
             # scatter_add, not scatter: rows with nothing to remove may point at the same candidate
             removed = torch.zeros(batch_size, beam * width, dtype=torch.long, device=device)
             removed.scatter_add_(1, flat_index, remove.long())
-            extend_score = torch.where(removed.view_as(extend_score) > 0, minus_inf, extend_score)
+            extend_score.masked_fill_(removed.view_as(extend_score) > 0, minus_inf)
 
             candidates = torch.cat([same_score, extend_score.view(batch_size, -1)], dim=1)  # [B, K + K*M]
             if config.beam_threshold < math.inf:
                 best = candidates.max(dim=1, keepdim=True).values
-                candidates = torch.where(candidates < best - config.beam_threshold, minus_inf, candidates)
+                candidates.masked_fill_(candidates < best - config.beam_threshold, minus_inf)
             top_scores, top = candidates.topk(beam, dim=1)  # [B, K]
 
             is_extension = top >= beam
@@ -254,15 +258,15 @@ class CtcBeamSearch:
             restamped = ~is_extension & restamp.gather(1, source)
             stamped = (is_extension | restamped) & valid
             history_parents.append(torch.where(restamped, parents.gather(1, source), source))
-            history_labels.append(torch.where(stamped, torch.where(restamped, source_last, new_labels), -1))
+            history_labels.append(torch.where(stamped, torch.where(restamped, source_last, new_labels), no_label))
 
-            p_blank = torch.where(is_extension | ~valid, minus_inf, same_blank.gather(1, source))
+            p_blank = same_blank.gather(1, source).masked_fill_(is_extension | ~valid, minus_inf)
             p_label = torch.where(
                 valid,
                 torch.where(
                     is_extension, extend.view(batch_size, -1).gather(1, extension), same_label.gather(1, source)
                 ),
-                minus_inf,
+                neg_inf,
             )
             source_hashes = hashes.gather(1, source)
             parent_hashes = torch.where(is_extension, source_hashes, parent_hashes.gather(1, source))
@@ -270,7 +274,7 @@ class CtcBeamSearch:
             last_labels = torch.where(is_extension, new_labels, source_last)
             prefix_lengths = prefix_lengths.gather(1, source) + is_extension
             if use_lm:
-                added = torch.where(is_extension, step_extra.view(batch_size, -1).gather(1, extension), 0.0)
+                added = torch.where(is_extension, step_extra.view(batch_size, -1).gather(1, extension), zero)
                 lm_states = torch.where(
                     is_extension,
                     next_states.view(batch_size, -1).gather(1, extension),
