@@ -173,10 +173,10 @@ def prefix_beam_search_one(
     and as itself plus each non-blank label; contributions to the same prefix add up. A prefix's frames and
     token scores come from whichever contribution is larger this frame: its own continuation, or its parent's
     extension (then its last label is stamped with this frame). Candidates more than `beam_threshold` below
-    the best are dropped, the best `beam_size` kept. A frame extends prefixes only by its
-    `max_labels_per_frame` best non-blank labels, and of those only by labels with at least
-    `token_min_log_prob`, or its best one. `lm` needs `score(state, label)`, `next_state(state, label)` and a
-    `final` table (as `BigramLm` has).
+    the best are dropped, the best `beam_size` kept. A frame starts new prefixes only with its
+    `max_labels_per_frame` best non-blank labels, and of those only with labels of at least
+    `token_min_log_prob`, or its best one; any label still adds to a prefix already in the beam.
+    `lm` needs `score(state, label)`, `next_state(state, label)` and a `final` table (as `BigramLm` has).
     """
     use_lm = lm is not None and lm_weight != 0.0
     rows = log_probs.tolist()
@@ -197,7 +197,9 @@ def prefix_beam_search_one(
                 frames=beam.frames,
                 token_scores=beam.token_scores,
             )
-            for label in allowed:
+            for label in range(len(row)):
+                if label == blank_id or (label not in allowed and prefix + (label,) not in beams):
+                    continue  # pruned labels start no new prefix, but still flow into prefixes in the beam
                 lm_label = to_lm_label(label, blank_id)
                 extensions[prefix + (label,)] = _Prefix(
                     p_label=(beam.p_blank if prefix and label == prefix[-1] else total) + row[label],
