@@ -131,9 +131,9 @@ def advance_torch(lm: NgramTensors, states: Tensor) -> tuple[Tensor, Tensor]:
 
 def scatter_arcs_torch(lm: NgramTensors, states: Tensor) -> tuple[Tensor, Tensor]:
     """states [B] -> (scores [B, V], next_states [B, V]): start from the empty context's arcs plus every backoff
-    weight of the chain, then write the arcs of each state on the chain, from the shortest context to the
-    longest, so that the most specific arc of each label is written last. Sizes depend on the data (host
-    synchronization): meant for the CPU.
+    weight of the chain, then write the arcs of the states on the chain, where for each label the most
+    specific state's arc wins (found with one scatter-min over the chain level of every gathered arc). Sizes
+    depend on the data (host synchronization): meant for the CPU.
     """
     vocab_size = lm.vocab_size
     batch_size = states.shape[0]
@@ -145,20 +145,27 @@ def scatter_arcs_torch(lm: NgramTensors, states: Tensor) -> tuple[Tensor, Tensor
         chain.append(lm.backoff_targets[chain[-1]])
     scores = (accumulated[-1].unsqueeze(1) + lm.arc_weights[:vocab_size]).contiguous()
     next_states = lm.arc_targets[:vocab_size].long().expand(batch_size, vocab_size).contiguous()
-    rows = torch.arange(batch_size, device=states.device)
-    for level in range(len(chain) - 2, -1, -1):  # shortest non-empty context first
-        state = chain[level]
-        first = lm.arc_offsets[state]
-        counts = torch.where(state != EMPTY_STATE, lm.arc_offsets[state + 1] - first, 0)
-        total = int(counts.sum())
-        if total == 0:
-            continue
-        arc_rows = torch.repeat_interleave(rows, counts, output_size=total)
-        starts = torch.cumsum(counts, 0) - counts  # where each row's arcs begin in the flat list
-        arcs = torch.arange(total, device=states.device) - starts[arc_rows] + first[arc_rows]
-        labels = lm.arc_keys[arcs] - state[arc_rows] * vocab_size
-        scores[arc_rows, labels] = accumulated[level][arc_rows] + lm.arc_weights[arcs]
-        next_states[arc_rows, labels] = lm.arc_targets[arcs].long()
+    levels = len(chain) - 1  # chain[-1] is the empty context everywhere
+    if levels == 0 or batch_size == 0:
+        return scores, next_states
+    level_states = torch.stack(chain[:-1]).reshape(-1)  # [L * B], level-major
+    first = lm.arc_offsets[level_states]
+    counts = torch.where(level_states != EMPTY_STATE, lm.arc_offsets[level_states + 1] - first, 0)
+    total = int(counts.sum())
+    if total == 0:
+        return scores, next_states
+    items = torch.repeat_interleave(torch.arange(levels * batch_size, device=states.device), counts,
+                                    output_size=total)  # the (level, row) each gathered arc belongs to
+    starts = torch.cumsum(counts, 0) - counts
+    arcs = torch.arange(total, device=states.device) - starts[items] + first[items]
+    cells = (items % batch_size) * vocab_size + lm.arc_keys[arcs] - level_states[items] * vocab_size
+    level = items // batch_size
+    most_specific = torch.full((batch_size * vocab_size,), levels, dtype=torch.long, device=states.device)
+    most_specific.scatter_reduce_(0, cells, level, reduce="amin")
+    keep = most_specific[cells] == level
+    cells, arcs, items = cells[keep], arcs[keep], items[keep]
+    scores.view(-1)[cells] = torch.stack(accumulated[:-1]).reshape(-1)[items] + lm.arc_weights[arcs]
+    next_states.view(-1)[cells] = lm.arc_targets[arcs].long()
     return scores, next_states
 
 
