@@ -106,8 +106,11 @@ class NemoGreedy:
         if self.head == "transducer":
             return self.decoding.decoding(encoder_output=encoder_output.transpose(1, 2),
                                           encoded_lengths=encoder_lengths)[0]
-        log_probs = self.ctc_head(encoder_output=encoder_output.transpose(1, 2))
-        return self.decoding.decoding(decoder_output=log_probs, decoder_lengths=encoder_lengths)[0]
+        # a fresh view (NeMo's ctc_decoder_predictions_tensor passes one): the head's output carries a neural
+        # type that the decoding computer's type check rejects
+        log_probs = self.ctc_head(encoder_output=encoder_output.transpose(1, 2)).movedim(0, 0)
+        with torch.inference_mode():
+            return self.decoding.decoding(decoder_output=log_probs, decoder_lengths=encoder_lengths)[0]
 
     @torch.no_grad()
     def end_to_end(self, waveforms, lengths):

@@ -105,7 +105,8 @@ def fetch_model(uri: str, sha256: str | None = None, cache_dir: Path | str = DEF
     if expected is not None and (blobs / f"{expected}.nemo").is_file():
         return blobs / f"{expected}.nemo"  # only fully hashed files are ever renamed into blobs/
 
-    filesystem, remote_path = fsspec.core.url_to_fs(uri)
+    # a new filesystem object: a cached one would keep the endpoint and credentials it was made with
+    filesystem, remote_path = fsspec.core.url_to_fs(uri, skip_instance_cache=True)
     info = filesystem.info(remote_path)
     version = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified") or ""
     key = hashlib.sha256(f"{uri}\n{info.get('size')}\n{version}".encode()).hexdigest()
@@ -158,6 +159,10 @@ class NemoTransducer:
                              f"{len(self.durations)} TDT durations")
         self.vocab_size = joint.num_classes_with_blank - 1 - joint.num_extra_outputs
         self.blank_id = self.vocab_size
+        if not getattr(decoder, "blank_as_pad", True):
+            # the blank (start of sequence) must embed to zeros; NeMo's greedy_batch itself falls back to a
+            # masked frame-looping search for such models
+            raise ValueError("prediction networks with blank_as_pad=False are not supported")
         is_adapted = getattr(joint, "is_adapter_available", None)
         self._plain_joint = not (is_adapted is not None and is_adapted())
         # an LSTM state is (h, c) of [layers, B, hidden]; a stateless decoder keeps [B, context] tensors
@@ -194,11 +199,14 @@ class NemoTransducer:
         return logits.reshape(*leading, logits.shape[-1])
 
     def replace_states_(self, destination: PredictorState, source: PredictorState, mask: Tensor) -> None:
-        if self._state_batch_dim == 1:
+        if any(dst.dtype != src.dtype for dst, src in zip(destination, source)):
+            # NeMo's method casts (an LSTM under autocast returns another dtype than its state's)
             self.decoder.batch_replace_states_mask(src_states=source, dst_states=destination, mask=mask)
             return
         for dst, src in zip(destination, source):
-            torch.where(mask.view(-1, *([1] * (dst.dim() - 1))), src, dst, out=dst)
+            shape = [1] * dst.dim()
+            shape[self._state_batch_dim] = -1
+            torch.where(mask.view(shape), src, dst, out=dst)
 
     def select_states(self, state: PredictorState, indices: Tensor) -> PredictorState:
         return tuple(s.index_select(self._state_batch_dim, indices) for s in state)

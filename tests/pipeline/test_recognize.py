@@ -10,8 +10,7 @@ from decoders.ctc import CtcGreedy
 from decoders.timestamps import ctc_frame_spans, label_frame_spans
 from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias
 from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
-from pipeline.recognize import GreedyRecognizer, nemo_word_spans, pad_waveforms, recognize, \
-    refine_punctuation_spans
+from pipeline.recognize import GreedyRecognizer, nemo_word_spans, pad_waveforms, recognize, refine_punctuation_spans
 
 UNK_TEXT = " \u2047 "  # how SentencePiece writes <unk> back as text
 
