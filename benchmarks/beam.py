@@ -44,7 +44,7 @@ SEARCHES = {"alsd": (AlsdBeamSearch, alsd_decode), "aes": (AesBeamSearch, maes_d
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
-                        help="40 frames, width and vocabulary 128, one repeat, one reference utterance")
+                        help="30 frames, width and vocabulary 128, one repeat, one reference utterance")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--kind", default="rnnt", choices=sorted(KINDS), help="tdt: durations 0-4, no WIND beam")
     parser.add_argument("--frames", type=int, default=250, help="encoder frames per utterance (250 = 20 s)")
@@ -62,7 +62,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     if args.quick:
-        args.frames, args.repeats, args.reference_utterances = 40, 1, 1
+        args.frames, args.repeats, args.reference_utterances = 30, 1, 1
         args.hidden, args.vocab_size = 128, 128
     return args
 
