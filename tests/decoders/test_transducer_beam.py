@@ -7,6 +7,7 @@ tokens with scores within 1e-5.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 
@@ -279,3 +280,17 @@ def test_empty_batch():
     decoder = AlsdBeamSearch(tiny_model("tdt01234"), BeamSearchConfig(return_nbest=True))
     hypotheses = decoder(torch.zeros(0, 5, ENCODER_DIM, dtype=torch.double), torch.zeros(0, dtype=torch.long))
     assert hypotheses.to_list() == []
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", sorted(DURATION_SETS))
+def test_gpu_equals_cpu(kind):
+    model = tiny_model(kind)
+    encoder_output, lengths = random_inputs(5, 30, seed=13, lengths=[30, 0, 1, 22, 30])
+    config = BeamSearchConfig(beam_size=4, lm_weight=0.5, return_nbest=True)
+    gpu_model = copy.deepcopy(model).cuda()
+    decoders = [AlsdBeamSearch, AesBeamSearch] + ([WindBeamSearch] if kind == "rnnt" else [])
+    for decoder_class in decoders:
+        on_cpu = decoder_class(model, config, bigram_lm())(encoder_output, lengths)
+        on_gpu = decoder_class(gpu_model, config, bigram_lm())(encoder_output.cuda(), lengths.cuda())
+        assert_same_hypotheses(on_gpu, on_cpu)
