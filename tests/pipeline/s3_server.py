@@ -19,6 +19,9 @@ def moto_s3(bucket: str) -> Iterator[str]:
     """Serve S3 on 127.0.0.1 (a free port) with `bucket` created; yields the endpoint URL."""
     from moto.server import ThreadedMotoServer
 
+    # s3fs caches filesystem instances with the endpoint they were made with: a second server (another port)
+    # must not be reached through an instance cached for the first
+    _clear_s3fs_instances()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -37,3 +40,12 @@ def moto_s3(bucket: str) -> Iterator[str]:
             else:
                 os.environ[name] = value
         server.stop()
+        _clear_s3fs_instances()
+
+
+def _clear_s3fs_instances() -> None:
+    try:
+        import s3fs
+    except ImportError:
+        return
+    s3fs.S3FileSystem.clear_instance_cache()
