@@ -262,6 +262,10 @@ class AlsdBeamSearch(_TransducerBeamSearch):
         labels = labels.gather(-1, label_indices) if labels is not None else label_indices
         return steps, labels, pair_indices % num_durations
 
+    def _forced_blank_scores(self, log_probs: Tensor, fused: Tensor) -> Tensor:
+        """[B, K]: the score of a blank forced by max_symbols, that of any blank (with LM blank weighting)."""
+        return fused[..., self.model.blank_id]
+
     def _step(self, state: _BeamState) -> None:
         tree, model, beam_size = state.tree, self.model, self.config.beam_size
         batch_size = state.batch_size
@@ -276,7 +280,7 @@ class AlsdBeamSearch(_TransducerBeamSearch):
 
         # forced blank after max_symbols labels on this frame; finished hypotheses are carried over as they are
         forced = active & (tree.frame_counts >= self.config.max_symbols_per_frame)
-        forced_score = tree.scores + fused[..., model.blank_id]
+        forced_score = tree.scores + self._forced_blank_scores(log_probs, fused)
         if self.is_tdt:
             best_durations, forced_duration_index = duration_log_probs.max(dim=-1)
             forced_score = forced_score + best_durations

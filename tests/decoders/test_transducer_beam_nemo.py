@@ -92,3 +92,58 @@ def test_aes_equals_nemo_maes_batch(beam_size):
     theirs = computer(encoder_output, lengths)[0].to_hyps_list(score_norm=True)
     config = BeamSearchConfig(beam_size=beam_size, expansion_steps=2, expansion_beta=2, expansion_gamma=2.3)
     compare(AesBeamSearch(transducer, config)(encoder_output, lengths), theirs)
+
+
+@functools.cache
+def bigram_arpa(vocab_size: int) -> str:
+    """A token-level bigram ARPA file listing every bigram (NeMo's chr(id + 100) spelling), so that NeMo's GPU LM
+    (which renormalizes missing labels) and `NgramLm` give the same scores."""
+    from tests.reference.ctc import random_bigram_arpa, write_token_arpa
+
+    path = Path(tempfile.mkdtemp(prefix="beam_nemo_lm_")) / "bigram.arpa"
+    write_token_arpa(path, random_bigram_arpa(vocab_size, seed=5)[0])
+    return str(path)
+
+
+@pytest.mark.parametrize("kind", ["rnnt", "tdt_ctc"])
+@pytest.mark.parametrize("pruning", ["early", "late"])
+@pytest.mark.parametrize("scoring", ["none", "weighted"])
+@torch.no_grad()
+def test_alsd_with_lm_equals_nemo_malsd_batch_with_ngram_lm(kind, pruning, scoring):
+    from nemo.collections.asr.parts.submodules.ngram_lm.ngram_lm_batched import NGramGPULanguageModel
+    from nemo.collections.asr.parts.submodules.rnnt_malsd_batched_computer import ModifiedALSDBatchedRNNTComputer
+    from nemo.collections.asr.parts.submodules.tdt_malsd_batched_computer import ModifiedALSDBatchedTDTComputer
+
+    from decoders.ngram.lm import NgramLm
+
+    model = nemo_model(kind)
+    transducer = adapter(model)
+    path = bigram_arpa(transducer.vocab_size)
+    nemo_lm = NGramGPULanguageModel.from_arpa(path, vocab_size=transducer.vocab_size, use_triton=False)
+    alpha, beam_size, max_symbols = 0.5, 4, 10
+    encoder_output, lengths = inputs(model, seed=21)
+    options = dict(blank_index=transducer.blank_id, beam_size=beam_size, max_symbols_per_step=max_symbols,
+                   fusion_models=[nemo_lm], fusion_models_alpha=[alpha], allow_cuda_graphs=False,
+                   blank_lm_score_mode={"none": "no_score", "weighted": "lm_weighted_full"}[scoring],
+                   pruning_mode=pruning)
+    if transducer.durations:
+        computer = ModifiedALSDBatchedTDTComputer(model.decoder, model.joint, durations=list(transducer.durations),
+                                                  **options)
+    else:
+        computer = ModifiedALSDBatchedRNNTComputer(model.decoder, model.joint, **options)
+    theirs = computer(encoder_output, lengths)[0].to_hyps_list(score_norm=True)
+    config = BeamSearchConfig(beam_size=beam_size, max_symbols_per_frame=max_symbols, lm_weight=alpha,
+                              pruning=pruning, blank_lm_scoring=scoring)
+    decoder_class = AlsdBeamSearch
+    if pruning == "early" and scoring == "weighted":
+        decoder_class = AlsdWithNemoForcedBlank  # the results differ on this input without the quirk
+    ours = decoder_class(transducer, config, NgramLm.from_arpa(path, transducer.vocab_size))(encoder_output, lengths)
+    compare(ours, theirs)
+
+
+class AlsdWithNemoForcedBlank(AlsdBeamSearch):
+    """NeMo 3.0's quirk, reproduced here only to show it is the one difference: under early pruning a blank
+    forced by max_symbols gets the model's blank log-probability, without the LM's blank weighting."""
+
+    def _forced_blank_scores(self, log_probs, fused):
+        return log_probs[..., self.model.blank_id]
