@@ -9,6 +9,14 @@ batched ones.
 
     python benchmarks/beam.py            # full table
     python benchmarks/beam.py --quick    # under a minute on a 2-core CPU
+    python benchmarks/beam.py --nemo     # ours vs NeMo's malsd_batch / maes_batch (needs nemo_toolkit)
+
+With `--nemo` the model is a random NeMo FastConformer (tests/pipeline/random_nemo.py) with its blank bias
+bisected to about one label per 3 frames, and our ALSD++ / AES++ (through `pipeline.models.NemoTransducer`)
+are timed against NeMo 3.0's batched computers on the same encoder output, results as host lists on both
+sides. ALSD++'s best hypotheses must equal malsd_batch's; for AES++ the table counts the utterances whose best
+tokens equal maes_batch's (equal at beams 1-4 in tests; NeMo tracks "may expand again" per beam slot, not per
+hypothesis, which we suspect explains the rare differences at beam 8).
 
 The last line of output is one JSON object with every figure.
 """
@@ -21,6 +29,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -60,6 +69,7 @@ def parse_args() -> argparse.Namespace:
                         help="set the blank bias instead of calibrating to one label per 3 frames "
                              "(higher: more confident blanks, as a trained model)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--nemo", action="store_true", help="compare with NeMo's malsd_batch / maes_batch")
     args = parser.parse_args()
     if args.quick:
         args.frames, args.repeats, args.reference_utterances = 30, 1, 1
@@ -82,9 +92,95 @@ def timed(decode, repeats: int, device: str):
     return statistics.median(times), result
 
 
+def random_nemo_transducer(kind: str, frames_per_label: float = 3.0):
+    """A random NeMo RNN-T or TDT model, its `NemoTransducer`, and the blank bias giving that emission rate."""
+    from pipeline.models import NemoTransducer
+    from tests.pipeline.random_nemo import build_random_model, set_blank_bias, train_tokenizer
+
+    nemo_kind = "rnnt" if kind == "rnnt" else "tdt_ctc"
+    model = build_random_model(nemo_kind, train_tokenizer(Path(tempfile.mkdtemp(prefix="beam_bench_")) / "tok"),
+                               seed=3)
+    durations = list(model.cfg.model_defaults.get("tdt_durations", []) or []) if kind != "rnnt" else []
+    transducer = NemoTransducer(model.decoder, model.joint, durations)
+    generator = torch.Generator().manual_seed(1)
+    encoder_output = torch.randn(8, 64, model.cfg.encoder.d_model, generator=generator)
+    lengths = torch.full((8,), 64)
+    low, high = -2.0, 4.0
+    for _ in range(12):  # emission falls as the blank bias rises
+        middle = (low + high) / 2
+        set_blank_bias(model, "transducer", middle)
+        with torch.no_grad():
+            rate = float(LabelLoopingGreedy(transducer)(encoder_output, lengths).token_lengths.sum()) / (8 * 64)
+        low, high = (middle, high) if rate > 1.0 / frames_per_label else (low, middle)
+    set_blank_bias(model, "transducer", (low + high) / 2)
+    return model, transducer, (low + high) / 2
+
+
+def main_nemo(args: argparse.Namespace) -> None:
+    from nemo.collections.asr.parts.submodules.rnnt_maes_batched_computer import ModifiedAESBatchedRNNTComputer
+    from nemo.collections.asr.parts.submodules.rnnt_malsd_batched_computer import ModifiedALSDBatchedRNNTComputer
+    from nemo.collections.asr.parts.submodules.tdt_malsd_batched_computer import ModifiedALSDBatchedTDTComputer
+
+    model, transducer, blank_bias = random_nemo_transducer(args.kind)
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for batch_size in args.batch_sizes:
+        encoder_output = torch.randn(batch_size, args.frames, model.cfg.encoder.d_model, generator=generator)
+        lengths = torch.randint(int(args.frames * 0.8), args.frames + 1, (batch_size,), generator=generator)
+        lengths[0] = args.frames
+        for beam_size in args.beams:
+            config = BeamSearchConfig(beam_size=beam_size)
+            pairs = {}
+            if transducer.durations:
+                pairs["alsd"] = (AlsdBeamSearch(transducer, config), ModifiedALSDBatchedTDTComputer(
+                    model.decoder, model.joint, durations=list(transducer.durations), blank_index=transducer.blank_id,
+                    beam_size=beam_size, max_symbols_per_step=10, allow_cuda_graphs=False))
+            else:
+                pairs["alsd"] = (AlsdBeamSearch(transducer, config), ModifiedALSDBatchedRNNTComputer(
+                    model.decoder, model.joint, transducer.blank_id, beam_size, max_symbols_per_step=10,
+                    allow_cuda_graphs=False))
+                pairs["aes"] = (AesBeamSearch(transducer, config), ModifiedAESBatchedRNNTComputer(
+                    model.decoder, model.joint, transducer.blank_id, beam_size, maes_num_steps=2,
+                    maes_expansion_beta=2, maes_expansion_gamma=2.3, allow_cuda_graphs=False))
+            for name, (ours, theirs) in pairs.items():
+                def run_ours(d=ours, x=encoder_output, n=lengths):
+                    return [h.tokens for h in d(x, n).to_list()]
+
+                def run_theirs(c=theirs, x=encoder_output, n=lengths):
+                    return [h.y_sequence.tolist() for h in c(x, n)[0].to_hyps_list(score_norm=True)]
+
+                with torch.no_grad():
+                    ours_ms, our_tokens = timed(run_ours, args.repeats, "cpu")
+                    nemo_ms, nemo_tokens = timed(run_theirs, args.repeats, "cpu")
+                same = sum(a == b for a, b in zip(our_tokens, nemo_tokens))
+                if name == "alsd" and same != batch_size:  # equal by test; AES++ may differ (see the docstring)
+                    raise SystemExit(f"{name} beam {beam_size} disagrees with NeMo at batch {batch_size}")
+                rows.append({"batch_size": batch_size, "search": name, "beam_size": beam_size, "ms": round(ours_ms, 2),
+                             "nemo_ms": round(nemo_ms, 2), "speedup_vs_nemo": round(nemo_ms / ours_ms, 2),
+                             "same_best": same})
+    print(f"transducer beam search ({args.kind}) vs NeMo 3.0 on a random NeMo FastConformer's joint and prediction "
+          f"network, decoder only (encoder output -> host token lists): {args.frames} frames, "
+          f"V={transducer.vocab_size}, blank bias {blank_bias:.2f}, {torch.get_num_threads()} threads; "
+          f"median of {args.repeats}; x = NeMo time / ours")
+    header = f"{'B':>3} | {'search':>6} | {'beam':>4} | {'ours ms':>9} | {'NeMo ms':>9} | {'x':>6} | same best"
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        print(f"{row['batch_size']:>3} | {row['search']:>6} | {row['beam_size']:>4} | {row['ms']:>9.1f} | "
+              f"{row['nemo_ms']:>9.1f} | {row['speedup_vs_nemo']:>5.2f}x | {row['same_best']}/{row['batch_size']}")
+    command = ("python benchmarks/beam.py " + " ".join(sys.argv[1:])).strip()
+    print(f"reproduce: {command}")
+    print(json.dumps({"benchmark": "beam_vs_nemo", "command": command, "kind": args.kind,
+                      "machine": platform.machine(), "threads": torch.get_num_threads(), "frames": args.frames,
+                      "blank_bias": round(blank_bias, 3), "rows": rows}))
+
+
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
+    if args.nemo:
+        main_nemo(args)
+        return
     model = TinyTransducer(vocab_size=args.vocab_size, encoder_dim=args.hidden, prediction_dim=args.hidden,
                            joint_dim=args.hidden, durations=KINDS[args.kind], seed=0)
     if args.blank_bias is None:
