@@ -8,7 +8,7 @@ Dims: B batch, S samples, T encoder frames, D encoder features.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +17,7 @@ from torch import Tensor
 
 from decoders.ctc import CtcGreedy
 from decoders.hypotheses import BatchedHypotheses
-from decoders.timestamps import WORD_START, Span, SpanKind, label_frame_spans
+from decoders.timestamps import Span, refine_punctuation_spans, token_frame_spans, word_spans
 from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
 from pipeline.models import AsrModel, Head
 
@@ -47,71 +47,6 @@ def pad_waveforms(waveforms: Sequence[np.ndarray | Tensor]) -> tuple[Tensor, Ten
     for index, tensor in enumerate(tensors):
         padded[index, : len(tensor)] = tensor
     return padded, lengths
-
-
-def refine_punctuation_spans(texts: Sequence[str], frame_spans: Sequence[tuple[int, int]], kind: SpanKind,
-                              punctuation: frozenset[str]) -> list[tuple[int, int]]:
-    """NeMo's fix-up of punctuation marks' frames (after the first token): TDT pins a mark to the end of the
-    token before it, CTC shrinks it to its start, RNN-T leaves it."""
-    spans = list(frame_spans)
-    if not punctuation or kind == "rnnt":
-        return spans
-    for index in range(1, len(spans)):
-        text = texts[index]
-        if kind == "tdt" and text in punctuation:  # NeMo compares the whole text for TDT, its first mark for CTC
-            spans[index] = (spans[index - 1][1], spans[index - 1][1])
-        elif kind == "ctc" and text and text[0] in punctuation:
-            spans[index] = (spans[index][0], spans[index][0])
-    return spans
-
-
-def nemo_word_spans(
-    pieces: Sequence[str],
-    texts: Sequence[str],
-    frame_spans: Sequence[tuple[int, int]],
-    frame_shift_s: float,
-    pieces_to_text: Callable[[Sequence[str]], str],
-    punctuation: frozenset[str] = frozenset(),
-) -> list[Span]:
-    """Words from SentencePiece pieces as NeMo 3.0 builds them (`get_words_offsets`, BPE, word separator " ").
-
-    A piece opens a word when it differs from its own text (it carries "▁", or is a special piece such as
-    `<unk>`); a punctuation mark joins the word before it. A word spans its first piece's start to its last
-    piece's end, and the first word starts where the first piece starts. `texts[k]` is `pieces_to_text([piece])`.
-    Unlike NeMo, words whose text is empty (a lone "▁") are left out.
-    """
-    if not (len(pieces) == len(texts) == len(frame_spans)):
-        raise ValueError(f"got {len(pieces)} pieces, {len(texts)} texts and {len(frame_spans)} spans")
-    words: list[list] = []  # [text, start_frame, end_frame]
-    built: list[str] = []
-    first = 0  # index of the built word's first piece
-    for index, (piece, text) in enumerate(zip(pieces, texts)):
-        is_punctuation = text in punctuation and text != " "
-        following = next((t for t in texts[index + 1:] if t != " "), None)
-        opens = piece != text or (text == " " and following not in punctuation)
-        if opens and not is_punctuation:
-            if built:
-                words.append([pieces_to_text(built), frame_spans[first][0], frame_spans[index - 1][1]])
-            built = []
-            if text != " ":
-                built, first = [piece], index
-        elif is_punctuation and not built and words:
-            words[-1][2] = frame_spans[index][1]
-            words[-1][0] = words[-1][0].removesuffix(" ") + text
-        elif is_punctuation and built:
-            if built[-1] in (" ", "_", WORD_START):
-                built.pop()
-            built.append(piece)
-        else:
-            if not built:
-                first = index
-            built.append(piece)
-    if built:
-        words.append([pieces_to_text(built), frame_spans[first][0] if words else frame_spans[0][0],
-                      frame_spans[-1][1]])
-    if words:
-        words[0][1] = frame_spans[0][0]
-    return [Span(text, start, end, start * frame_shift_s, end * frame_shift_s) for text, start, end in words if text]
 
 
 class GreedyRecognizer:
@@ -148,7 +83,7 @@ class GreedyRecognizer:
             pieces = tokenizer.ids_to_pieces(hypothesis.tokens)
             texts = [tokenizer.pieces_to_text([piece]) for piece in pieces]
             spans = refine_punctuation_spans(
-                texts, label_frame_spans(hypothesis.frame_indices, hypothesis.durations, self.span_kind),
+                texts, token_frame_spans(hypothesis.frame_indices, hypothesis.durations, self.span_kind),
                 self.span_kind, tokenizer.punctuation)
             results.append(Transcript(
                 text=tokenizer.ids_to_text(hypothesis.tokens),
@@ -156,7 +91,7 @@ class GreedyRecognizer:
                 pieces=pieces,
                 frame_indices=hypothesis.frame_indices,
                 durations=hypothesis.durations,
-                words=nemo_word_spans(pieces, texts, spans, frame_shift_s, tokenizer.pieces_to_text,
+                words=word_spans(pieces, texts, spans, frame_shift_s, tokenizer.pieces_to_text,
                                       tokenizer.punctuation),
                 score=hypothesis.score,
             ))
