@@ -38,3 +38,13 @@ def test_state_replace_and_select():
     assert destination[0][0, :, 0].tolist() == [0.0, 1.0, 0.0]
     selected = model.select_states(destination, torch.tensor([1, 1]))
     assert selected[1].shape == (1, 2, 4) and selected[1].sum() == 8
+
+
+def test_predict_steps_the_lstm_exactly():
+    model = TinyTransducer(vocab_size=7, prediction_dim=8, prediction_layers=2, seed=5)
+    labels = torch.tensor([7, 3, 0])
+    state = tuple(torch.randn_like(s) for s in model.initial_state(3))
+    output, (hidden, cell) = model.predict(labels, state)
+    expected, (expected_hidden, expected_cell) = model.lstm(model.embedding(labels).unsqueeze(1), state)
+    assert torch.allclose(output, expected[:, 0], atol=1e-6)
+    assert torch.allclose(hidden, expected_hidden, atol=1e-6) and torch.allclose(cell, expected_cell, atol=1e-6)
