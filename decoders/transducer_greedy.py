@@ -182,7 +182,7 @@ class LabelLoopingGreedy:
                 self._inner_search(state)
             outer_iterations += 1
             state.hypotheses.ensure_capacity_(outer_iterations)
-            self._after_search(state)
+            self._after_search(state, compact=True)
         return state.hypotheses
 
     def _start(self, state: _LoopState) -> None:
@@ -300,15 +300,31 @@ class LabelLoopingGreedy:
         jumps = position + label_durations * found if label_durations is not None else position
         return labels, scores, label_durations, position, jumps
 
-    def _after_search(self, state: _LoopState) -> None:
-        """Store found labels, run the prediction network once for the batch, apply max_symbols."""
+    def _after_search(self, state: _LoopState, compact: bool = False) -> None:
+        """Store found labels, run the prediction network once for the batch, apply max_symbols.
+
+        With `compact` (eager mode only: it reads the found rows on the host), the prediction network runs on
+        the rows that found a label and no others; CUDA graphs need the fixed-shape step over every row.
+        """
         torch.logical_and(state.active_before, state.labels != self.model.blank_id, out=state.found)
         state.hypotheses.append_(state.found, state.labels, state.label_time, state.label_scores,
                                  state.label_durations if self.is_tdt else None)
-        prediction, predictor_state = self.model.predict(state.labels, state.predictor_state)
-        torch.where(state.found.unsqueeze(1), self.model.project_prediction(prediction), state.prediction,
-                    out=state.prediction)
-        self.model.replace_states_(state.predictor_state, predictor_state, state.found)
+        rows = state.found.nonzero().squeeze(1) if compact else None
+        if rows is not None and len(rows) < state.batch_size:
+            if len(rows) > 0:
+                prediction, predictor_state = self.model.predict(
+                    state.labels[rows], self.model.select_states(state.predictor_state, rows))
+                state.prediction[rows] = self.model.project_prediction(prediction)
+                # back to batch rows: row b takes compacted row position[b] (rows not found are not replaced)
+                position = torch.zeros_like(state.labels)
+                position[rows] = torch.arange(len(rows), device=rows.device)
+                self.model.replace_states_(state.predictor_state,
+                                           self.model.select_states(predictor_state, position), state.found)
+        else:
+            prediction, predictor_state = self.model.predict(state.labels, state.predictor_state)
+            torch.where(state.found.unsqueeze(1), self.model.project_prediction(prediction), state.prediction,
+                        out=state.prediction)
+            self.model.replace_states_(state.predictor_state, predictor_state, state.found)
         if self.lm is not None:
             emitted = torch.where(state.found, state.labels, 0).unsqueeze(1)
             lm_label_scores = state.lm_weighted_scores.gather(1, emitted).squeeze(1)
