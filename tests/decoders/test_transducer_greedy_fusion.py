@@ -23,7 +23,6 @@ from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
 from tests.decoders.ngram.arpa_factory import random_ngrams
 from tests.reference.table_transducer import TableTransducer, frame_inputs, one_hot_table
 from tests.reference.transducer_greedy import greedy_decode
-from tests.reference.transducer_greedy_fused import fused_greedy_decode
 
 DURATION_SETS = {"rnnt": (), "tdt01234": (0, 1, 2, 3, 4), "tdt0246": (0, 2, 4, 6)}
 VOCAB_SIZE = 12
@@ -117,7 +116,7 @@ def test_fused_label_looping_matches_reference(case, arpa_dir):
     kind, regime, encoder_output, lengths, max_symbols, window, lm_weight, lm_kind, lm_seed = case
     model = tiny_model(kind, regime)
     lm = make_lm(lm_kind, lm_seed, arpa_dir)
-    reference = fused_greedy_decode(model, lm, lm_weight, encoder_output, lengths, max_symbols)
+    reference = greedy_decode(model, encoder_output, lengths, max_symbols, lm=lm, lm_weight=lm_weight)
     decoder = LabelLoopingGreedy(model, GreedyConfig(max_symbols=max_symbols, window_size=window,
                                                      lm_weight=lm_weight), lm=lm)
     assert_same(decoder(encoder_output, lengths).to_list(), reference)

@@ -6,6 +6,12 @@ blank moves one frame and whose labels move none. The rules, shared with NeMo's 
 - a blank moves `max(duration, 1)` frames (RNN-T: 1); a label is emitted at the current frame and moves
   `duration` frames (RNN-T: 0), even past the end of the utterance;
 - after `max_symbols` labels in a row on one frame, move one frame on.
+
+With an LM (shallow fusion as NeMo does it): the plain argmax over all labels decides blank or not; a non-blank
+is re-picked among the non-blank labels by `logits + lm_weight * lm_scores`, where `lm_scores` are the LM's
+log-probabilities of every label after the labels emitted so far. The LM state moves only on emitted labels.
+Token scores stay the joint's log-probabilities; the hypothesis score adds `lm_weight` times the LM score of
+each emitted label.
 """
 
 from __future__ import annotations
@@ -13,12 +19,13 @@ from __future__ import annotations
 import torch
 
 from decoders.hypotheses import Hypothesis
-from decoders.protocols import TransducerModel
+from decoders.protocols import LanguageModel, TransducerModel
 
 
 @torch.no_grad()
-def greedy_decode_one(model: TransducerModel, encoder_output: torch.Tensor, max_symbols: int = 10) -> Hypothesis:
-    """encoder_output [T, D] of one utterance -> its greedy hypothesis."""
+def greedy_decode_one(model: TransducerModel, encoder_output: torch.Tensor, max_symbols: int = 10,
+                      lm: LanguageModel | None = None, lm_weight: float = 0.0) -> Hypothesis:
+    """encoder_output [T, D] of one utterance -> its greedy hypothesis (fused with `lm` if given)."""
     num_labels = model.vocab_size + 1
     is_tdt = len(model.durations) > 0
     frames = model.project_encoder(encoder_output.unsqueeze(0))[0]  # [T, H]
@@ -27,7 +34,8 @@ def greedy_decode_one(model: TransducerModel, encoder_output: torch.Tensor, max_
     prediction, state = model.predict(sos, state)
     prediction = model.project_prediction(prediction)[0]  # [H]
 
-    tokens, frame_indices, durations, token_scores = [], [], [], []
+    lm_state = lm.initial_states(1) if lm is not None else None
+    tokens, frame_indices, durations, token_scores, lm_total = [], [], [], [], 0.0
     t = 0
     emitted_on_frame = 0
     while t < frames.shape[0]:
@@ -44,6 +52,12 @@ def greedy_decode_one(model: TransducerModel, encoder_output: torch.Tensor, max_
             emitted_on_frame = 0
             continue
 
+        if lm is not None:
+            lm_scores, lm_next_states = lm.advance(lm_state)  # [1, V - 1] each
+            fused = logits[: num_labels - 1] + lm_weight * lm_scores[0].to(logits.dtype)
+            label = int(torch.argmax(fused))
+            lm_total += lm_weight * float(lm_scores[0, label].to(logits.dtype))
+            lm_state = lm_next_states[:, label]
         tokens.append(label)
         frame_indices.append(t)
         durations.append(duration)
@@ -64,15 +78,16 @@ def greedy_decode_one(model: TransducerModel, encoder_output: torch.Tensor, max_
         frame_indices=frame_indices,
         durations=durations if is_tdt else None,
         token_scores=token_scores,
-        score=sum(token_scores),
+        score=sum(token_scores) + lm_total,
     )
 
 
 def greedy_decode(
-    model: TransducerModel, encoder_output: torch.Tensor, encoder_lengths: torch.Tensor, max_symbols: int = 10
+    model: TransducerModel, encoder_output: torch.Tensor, encoder_lengths: torch.Tensor, max_symbols: int = 10,
+    lm: LanguageModel | None = None, lm_weight: float = 0.0,
 ) -> list[Hypothesis]:
     """encoder_output [B, T, D], encoder_lengths [B] -> one hypothesis per utterance, decoded one by one."""
     return [
-        greedy_decode_one(model, encoder_output[b, : int(encoder_lengths[b])], max_symbols)
+        greedy_decode_one(model, encoder_output[b, : int(encoder_lengths[b])], max_symbols, lm, lm_weight)
         for b in range(encoder_output.shape[0])
     ]
