@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias
 from decoders.transducer_greedy import FrameLoopingGreedy, GreedyConfig, LabelLoopingGreedy
+from tests.reference.compare import assert_same_hypotheses
 from tests.reference.transducer_greedy import greedy_decode
 
 DURATION_SETS = {"rnnt": (), "tdt01234": (0, 1, 2, 3, 4), "tdt0246": (0, 2, 4, 6)}
@@ -52,13 +53,7 @@ def decoding_cases(draw):
 
 
 def assert_same(batched, reference):
-    assert len(batched) == len(reference)
-    for index, (got, expected) in enumerate(zip(batched, reference)):
-        assert got.tokens == expected.tokens, f"utterance {index}: tokens"
-        assert got.frame_indices == expected.frame_indices, f"utterance {index}: frames"
-        assert got.durations == expected.durations, f"utterance {index}: durations"
-        assert got.token_scores == pytest.approx(expected.token_scores, abs=1e-9), f"utterance {index}: scores"
-        assert got.score == pytest.approx(expected.score, abs=1e-8)
+    assert_same_hypotheses(batched, reference)
 
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

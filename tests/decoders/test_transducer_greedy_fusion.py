@@ -21,6 +21,7 @@ from decoders.ngram.lm import NgramLm
 from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias
 from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
 from tests.decoders.ngram.arpa_factory import random_ngrams
+from tests.reference.compare import assert_same_hypotheses
 from tests.reference.table_transducer import TableTransducer, frame_inputs, one_hot_table
 from tests.reference.transducer_greedy import greedy_decode
 
@@ -97,13 +98,7 @@ def make_lm(lm_kind: str, lm_seed: int, arpa_dir: str):
 
 
 def assert_same(batched, reference):
-    assert len(batched) == len(reference)
-    for index, (got, expected) in enumerate(zip(batched, reference)):
-        assert got.tokens == expected.tokens, f"utterance {index}: tokens"
-        assert got.frame_indices == expected.frame_indices, f"utterance {index}: frames"
-        assert got.durations == expected.durations, f"utterance {index}: durations"
-        assert got.token_scores == pytest.approx(expected.token_scores, abs=1e-9), f"utterance {index}: scores"
-        assert got.score == pytest.approx(expected.score, abs=1e-6), f"utterance {index}: score"
+    assert_same_hypotheses(batched, reference, score_tolerance=1e-6)
 
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
