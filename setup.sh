@@ -20,7 +20,7 @@ fi
 pip() { .venv/bin/python -m pip --disable-pip-version-check "$@"; }
 # torch first: a bare torch requirement on a machine without torch resolves to a multi-GB CUDA build.
 pip install --quiet "torch==${TORCH_VERSION}"
-pip install --quiet -c constraints.txt -e ".[dev,triton,lm,nemo]"
+pip install --quiet -c constraints.txt -e ".[dev,triton,lm,nemo,ray]"
 # KenLM's query module (the peer the n-gram LM is checked against) compiles for order <= 6 unless told.
 if ! .venv/bin/python -c "import kenlm" 2>/dev/null; then
   MAX_ORDER=10 pip install --quiet --no-cache-dir "kenlm==0.3.0"

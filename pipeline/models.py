@@ -79,8 +79,10 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(handle.name, path)
 
 
-def fetch_model(uri: str, sha256: str | None = None, cache_dir: Path | str = DEFAULT_CACHE_DIR) -> Path:
-    """A local path holding the checkpoint at `uri`: the file itself if local, else a node-local cached copy.
+def fetch_model(uri: str, sha256: str | None = None, cache_dir: Path | str = DEFAULT_CACHE_DIR,
+                suffix: str = ".nemo") -> Path:
+    """A local path holding the file at `uri` (a checkpoint, or an LM): the file itself if local, else a
+    node-local cached copy named `<sha256><suffix>`.
 
     The cache is content-addressed: `blobs/<sha256>.nemo` holds the bytes, and `refs/<key>.json` maps a
     remote object (URI, size and ETag or mtime) to its blob, so an object that changes is downloaded again.
@@ -102,8 +104,8 @@ def fetch_model(uri: str, sha256: str | None = None, cache_dir: Path | str = DEF
     blobs, refs, locks = cache / "blobs", cache / "refs", cache / "locks"
     for folder in (blobs, refs, locks):
         folder.mkdir(parents=True, exist_ok=True)
-    if expected is not None and (blobs / f"{expected}.nemo").is_file():
-        return blobs / f"{expected}.nemo"  # only fully hashed files are ever renamed into blobs/
+    if expected is not None and (blobs / f"{expected}{suffix}").is_file():
+        return blobs / f"{expected}{suffix}"  # only fully hashed files are ever renamed into blobs/
 
     # a new filesystem object: a cached one would keep the endpoint and credentials it was made with
     filesystem, remote_path = fsspec.core.url_to_fs(uri, skip_instance_cache=True)
@@ -114,7 +116,7 @@ def fetch_model(uri: str, sha256: str | None = None, cache_dir: Path | str = DEF
     with _file_lock(locks / f"{key}.lock"):
         if ref.is_file():
             digest = json.loads(ref.read_text())["sha256"]
-            blob = blobs / f"{digest}.nemo"
+            blob = blobs / f"{digest}{suffix}"
             if blob.is_file():
                 if expected is not None and digest != expected:
                     raise ValueError(f"sha256 of {uri} is {digest}, not the expected {expected}")
@@ -135,10 +137,34 @@ def fetch_model(uri: str, sha256: str | None = None, cache_dir: Path | str = DEF
         if expected is not None and digest != expected:
             os.unlink(partial.name)
             raise ValueError(f"sha256 of {uri} is {digest}, not the expected {expected}")
-        blob = blobs / f"{digest}.nemo"
+        blob = blobs / f"{digest}{suffix}"
         os.replace(partial.name, blob)
         _write_atomically(ref, json.dumps({"uri": uri, "sha256": digest, "size": info.get("size")}))
         return blob
+
+
+def read_nemo_config(path: Path | str) -> dict[str, Any]:
+    """The model config stored in a `.nemo` tar (`model_config.yaml`), read without NeMo or unpickling."""
+    import tarfile
+
+    import yaml
+
+    with tarfile.open(path, "r:*") as archive:
+        for member in archive.getmembers():
+            if member.isfile() and member.name.rsplit("/", 1)[-1] == "model_config.yaml":
+                handle = archive.extractfile(member)
+                assert handle is not None
+                return yaml.safe_load(handle.read().decode("utf-8")) or {}
+    raise ValueError(f"{path}: no model_config.yaml inside (not a .nemo file?)")
+
+
+def sample_rate_of(path: Path | str) -> int:
+    """The sample rate a `.nemo` model expects its audio at."""
+    config = read_nemo_config(path)
+    rate = config.get("sample_rate") or (config.get("preprocessor") or {}).get("sample_rate")
+    if not rate:
+        raise ValueError(f"{path}: the model config names no sample_rate")
+    return int(rate)
 
 
 # --- adapters ----------------------------------------------------------------------------------------------

@@ -1,0 +1,140 @@
+"""The transcription job as a Ray Data plan: the one module that calls `ray.data`.
+
+    manifest URIs -> ReadManifests (CPU actors) -> LoadAudio (CPU actors) -> TranscribeBatch (one GPU each, or
+    fractional CPUs) -> FinishAndWrite (CPU actors; commits Parquet parts) -> summary rows -> the driver
+
+Exactly once is loopscribe's own commit protocol (`pipeline/sink.py`), not Ray Data's checkpointing: parts are
+content-addressed and atomic, a run skips the utterance ids already committed, and a final pass removes any
+row two parts hold. It needs only the output folder, so a crashed driver, a dead actor retried by Ray, or a
+rerun days later on another cluster all end with every row exactly once.
+
+The driver reads nothing but manifest listings and the model's config (its sample rate): manifests are read
+by `ReadManifests` actors, so a corpus of many large manifests streams instead of passing through the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pipeline import schema, sink, stages
+from pipeline.config import TranscribeJobConfig
+from pipeline.manifest import expand_manifest_uris
+from pipeline.models import fetch_model, file_sha256, sample_rate_of
+
+log = logging.getLogger(__name__)
+
+READ_ACTOR_CPUS = 0.1  # manifest reading is I/O
+AUDIO_ACTOR_CPUS = 0.25  # fetch + decode + resample: mostly I/O and libsndfile/soxr
+FINISH_ACTOR_CPUS = 0.25  # detokenization and writes (CTC beam search takes more: see build_transcription)
+AUDIO_BATCH_ROWS = 16
+
+
+class OutputMismatchError(ValueError):
+    """The output folder holds results made with another model or decoding."""
+
+
+def check_output(config: TranscribeJobConfig) -> None:
+    """Refuse to add rows to an output whose earlier rows were made by another model or decoding."""
+    filesystem, root = sink._filesystem(config.output)
+    path = f"{root.rstrip('/')}/{sink.CONFIG_FILE}"
+    if not filesystem.exists(path):
+        return
+    with filesystem.open(path, "r") as handle:
+        earlier = json.load(handle).get("identity")
+    if earlier is not None and earlier != _jsonable(config.results_identity()):
+        raise OutputMismatchError(
+            f"{config.output} holds results of another model or decoding ({sink.CONFIG_FILE}: {earlier}); "
+            "write to a new output, or delete this one to start over")
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def model_identity(config: TranscribeJobConfig) -> tuple[Path, str]:
+    """The model file on this node and the id written in the `model` column: name and sha256 prefix."""
+    path = fetch_model(config.model.uri, sha256=config.model.sha256, cache_dir=f"{config.model.cache_dir}/models")
+    digest = config.model.sha256 or file_sha256(path)
+    return path, f"{config.model.uri.rstrip('/').rsplit('/', 1)[-1]} sha256:{digest[:16]}"
+
+
+def resolve_device(config: TranscribeJobConfig) -> str:
+    import ray
+
+    if config.resources.device != "auto":
+        return config.resources.device
+    return "cuda" if ray.cluster_resources().get("GPU", 0) > 0 else "cpu"
+
+
+def build_transcription(config: TranscribeJobConfig, manifest_uris: list[str], sample_rate: int, device: str,
+                        model_id: str):
+    """The Ray Data plan of one job (lazy): a dataset of one summary row per committed part."""
+    import ray
+    from ray.data import ActorPoolStrategy
+
+    resources = config.resources
+    asr_cpus = resources.asr_actor_cpus or (1.0 if device == "cuda" else 0.5)
+    finish_cpus = 1.0 if config.decoding.strategy == "ctc_beam" else FINISH_ACTOR_CPUS
+    dataset = ray.data.from_items([{schema.MANIFEST: uri} for uri in manifest_uris])
+    dataset = dataset.flat_map(
+        stages.ReadManifests, fn_constructor_kwargs={"output": config.output},
+        compute=ActorPoolStrategy(size=1), num_cpus=READ_ACTOR_CPUS)
+    dataset = dataset.map_batches(
+        stages.LoadAudio, fn_constructor_kwargs={"sample_rate": sample_rate}, batch_format="pyarrow",
+        batch_size=AUDIO_BATCH_ROWS, compute=ActorPoolStrategy(size=resources.cpu_actors),
+        num_cpus=AUDIO_ACTOR_CPUS)
+    dataset = dataset.map_batches(
+        stages.TranscribeBatch,
+        fn_constructor_kwargs={"model": config.model, "decoding": config.decoding, "resources": resources,
+                               "device": device},
+        batch_format="pyarrow", batch_size=resources.window_rows,
+        compute=ActorPoolStrategy(size=resources.gpu_actors), num_cpus=asr_cpus,
+        num_gpus=1 if device == "cuda" else 0)
+    return dataset.map_batches(
+        stages.FinishAndWrite,
+        fn_constructor_kwargs={"model": config.model, "decoding": config.decoding, "output": config.output,
+                               "model_id": model_id},
+        batch_format="pyarrow", batch_size=resources.part_rows,
+        compute=ActorPoolStrategy(size=resources.ctc_actors), num_cpus=finish_cpus)
+
+
+def output_totals(output: str) -> dict[str, Any]:
+    """Rows, outcomes and audio of everything committed under `output` (this run and earlier ones)."""
+    table = sink.read_output(output)
+    statuses = table.column(schema.STATUS).to_pylist()
+    return {"rows": table.num_rows, "rows_ok": statuses.count(schema.STATUS_OK),
+            "rows_error": statuses.count(schema.STATUS_ERROR)}
+
+
+def run_transcription(config: TranscribeJobConfig, progress: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run one job on the connected Ray cluster; returns the summary also written as `_summary.json`."""
+    started = time.perf_counter()
+    check_output(config)
+    manifest_uris = expand_manifest_uris(config.manifests)
+    model_path, model_id = model_identity(config)
+    sample_rate = sample_rate_of(model_path)
+    device = resolve_device(config)
+    sink.write_json(config.output, sink.CONFIG_FILE, {
+        "config": config.to_dict(), "identity": config.results_identity(), "model_id": model_id,
+        "device": device, "manifests": manifest_uris})
+    progress(f"loopscribe: {len(manifest_uris)} manifest(s) -> {config.output} ({config.decoding.describe()}, "
+             f"{device})")
+    parts: list[dict[str, Any]] = []
+    dataset = build_transcription(config, manifest_uris, sample_rate, device, model_id)
+    for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+        for part in batch.to_pylist():
+            parts.append(part)
+            done = stages.summarize(parts, time.perf_counter() - started)
+            progress(f"loopscribe: committed {done['rows']} rows ({done['rows_error']} errors) in {done['parts']} "
+                     f"parts, {done['audio_hours'] * 3600:.1f} s of audio, {done['wall_s']:.0f} s")
+    removed = sink.deduplicate(config.output)
+    summary = stages.summarize(parts, time.perf_counter() - started)
+    summary = {**output_totals(config.output), "this_run": summary, "duplicates_removed": removed,
+               "model_id": model_id, "decoding": config.decoding.describe(), "device": device}
+    sink.mark_success(config.output, summary)
+    return summary

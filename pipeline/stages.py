@@ -1,0 +1,302 @@
+"""The transcription job's stages: small callable classes that know nothing about Ray.
+
+`pipeline/graph.py` wires them with Ray Data; a test builds one with a model and calls it with a
+`pyarrow.Table`, no cluster needed. Rows flow through every stage whatever happens to them: a row that fails
+(unreadable manifest line, missing or corrupt audio, a decoding error) gets `status = error` and an `error`
+naming the manifest, line and cause, and is written like any other row. Nothing raises per row.
+
+1. `ReadManifests` (CPU): manifest URIs -> one row per line, minus the rows an earlier run already committed.
+2. `LoadAudio` (CPU): fetch, decode, mix down, slice and resample each row's audio -> `samples`.
+3. `TranscribeBatch` (GPU, or CPU with fractional CPUs): a window of rows -> length buckets -> encoder and
+   decoding -> token ids with frames (or, for `ctc_beam`, compact blank-collapsed CTC log-probs).
+4. `FinishAndWrite` (CPU): CTC beam search where asked, detokenization and word timestamps, then one atomic
+   Parquet part per batch (`pipeline/sink.py`) -> one summary row per part, which the driver counts.
+
+The mel preprocessor runs in stage 3 with the encoder, as NeMo runs it: on a GPU it costs a few percent of the
+encoder, and it belongs to the checkpoint (its config and window), which only stage 3 loads. Audio fetching,
+decoding and resampling, detokenization and CTC beam search run in CPU stages, so GPU actors never wait on them.
+
+Dims: B batch, S samples, T encoder frames, T' frames after blank collapse, V labels with blank.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from pipeline import schema, sink
+from pipeline.audio import AudioError, load_audio
+from pipeline.bucketing import padded_seconds, plan_batches
+from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig
+from pipeline.manifest import read_manifest
+from pipeline.models import AsrModel, load_asr_model
+from pipeline.recognize import (
+    build_decoder,
+    compact_ctc_log_probs,
+    ctc_beam_decoder,
+    decoding_head,
+    head_vocab_size,
+    load_language_model,
+    pad_waveforms,
+    transcript_of,
+)
+
+# columns that exist only between stages
+SAMPLES = "samples"  # float32 waveform at the model's rate (stage 2 -> 3)
+AUDIO_S = "audio_s"  # seconds of audio actually decoded
+PADDED_S = "padded_s"  # this row's share of its encoder batch's padded seconds
+TOKENS = "tokens"
+TOKEN_FRAMES = "token_frames"
+TOKEN_DURATIONS = "token_durations"  # TDT only
+SCORE = "score"
+CTC_LOG_PROBS = "ctc_log_probs"  # float16 bytes of [T', V] (ctc_beam)
+CTC_FRAMES = "ctc_frames"  # original frame of each of the T' frames (ctc_beam)
+
+# the summary row FinishAndWrite returns per committed part
+PART = "part"
+ROWS, ROWS_OK, ROWS_ERROR = "rows", "rows_ok", "rows_error"
+
+ModelLoader = Callable[[ModelConfig, str], AsrModel]
+
+
+def load_model(model: ModelConfig, device: str) -> AsrModel:
+    return load_asr_model(model.uri, sha256=model.sha256, cache_dir=f"{model.cache_dir}/models", device=device)
+
+
+def _fail(table: pa.Table, failed: dict[int, str]) -> pa.Table:
+    """Mark rows (index -> message naming the manifest and line) as errors."""
+    if not failed:
+        return table
+    status = table.column(schema.STATUS).to_pylist()
+    error = table.column(schema.ERROR).to_pylist()
+    manifests, lines = table.column(schema.MANIFEST).to_pylist(), table.column(schema.LINE).to_pylist()
+    for index, message in failed.items():
+        status[index] = schema.STATUS_ERROR
+        error[index] = f"{manifests[index]}, line {lines[index]}: {message}"
+    table = table.set_column(table.schema.get_field_index(schema.STATUS), schema.STATUS, pa.array(status, pa.string()))
+    return table.set_column(table.schema.get_field_index(schema.ERROR), schema.ERROR, pa.array(error, pa.string()))
+
+
+def _set(table: pa.Table, name: str, values: pa.Array | list) -> pa.Table:
+    values = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values)
+    index = table.schema.get_field_index(name)
+    return table.set_column(index, name, values) if index >= 0 else table.append_column(name, values)
+
+
+def _ok_rows(table: pa.Table) -> list[int]:
+    return [i for i, s in enumerate(table.column(schema.STATUS).to_pylist()) if s == schema.STATUS_OK]
+
+
+INPUT_SCHEMA = pa.schema([
+    pa.field(schema.UTTERANCE_ID, pa.string()),
+    pa.field(schema.MANIFEST, pa.string()),
+    pa.field(schema.LINE, pa.int64()),
+    pa.field(schema.AUDIO_FILEPATH, pa.string()),
+    pa.field(schema.OFFSET, pa.float64()),
+    pa.field(schema.DURATION, pa.float64()),
+    pa.field(schema.REFERENCE_TEXT, pa.string()),
+    pa.field(schema.EXTRA, pa.string()),
+    pa.field(schema.STATUS, pa.string()),
+    pa.field(schema.ERROR, pa.string()),
+])
+
+
+class ReadManifests:
+    """CPU stage: a manifest URI -> its rows (error rows included) not yet committed under `output`."""
+
+    def __init__(self, output: str) -> None:
+        self.committed = sink.committed_ids(output)  # read once per actor, not once per manifest
+
+    def __call__(self, row: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        for entry in read_manifest(row[schema.MANIFEST]):
+            if entry[schema.UTTERANCE_ID] not in self.committed:
+                yield entry
+
+
+class LoadAudio:
+    """CPU stage: rows -> rows with `samples` (float32 at `sample_rate`) and `audio_s`; failures -> error rows."""
+
+    def __init__(self, sample_rate: int) -> None:
+        self.sample_rate = sample_rate
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        table = table.cast(INPUT_SCHEMA) if table.schema != INPUT_SCHEMA else table
+        samples: list[np.ndarray] = [np.zeros(0, np.float32)] * table.num_rows
+        failed: dict[int, str] = {}
+        uris = table.column(schema.AUDIO_FILEPATH).to_pylist()
+        offsets, durations = table.column(schema.OFFSET).to_pylist(), table.column(schema.DURATION).to_pylist()
+        for index in _ok_rows(table):
+            try:
+                samples[index] = load_audio(uris[index], self.sample_rate, offsets[index], durations[index] or None)
+            except AudioError as error:
+                failed[index] = str(error)
+            except Exception as error:  # a decoder bug must not cost the batch
+                failed[index] = f"{uris[index]}: cannot load audio ({type(error).__name__}: {error})"
+        table = _fail(table, failed)
+        for index in failed:
+            samples[index] = np.zeros(0, np.float32)
+        table = _set(table, AUDIO_S, pa.array([len(s) / self.sample_rate for s in samples], pa.float64()))
+        return _set(table, SAMPLES, pa.array(samples, type=pa.large_list(pa.float32())))
+
+
+def _samples(column: pa.ChunkedArray, index: int) -> np.ndarray:
+    return column[index].values.to_numpy(zero_copy_only=False)
+
+
+class TranscribeBatch:
+    """GPU stage: a window of rows -> length buckets -> encoder + decoding -> tokens with frames per row.
+
+    Rows already in error pass through. A bucket that fails is retried row by row, so one bad row becomes one
+    error row. For `ctc_beam` the rows carry compact CTC log-probs for `FinishAndWrite` instead of tokens.
+    """
+
+    def __init__(self, model: ModelConfig, decoding: DecodingConfig, resources: ResourcesConfig, device: str,
+                 load: ModelLoader = load_model) -> None:
+        if device == "cpu" and resources.torch_threads is not None:
+            torch.set_num_threads(resources.torch_threads)
+        self.device = device
+        self.decoding = decoding
+        self.resources = resources
+        self.model = load(model, device)
+        self.head = decoding_head(self.model, decoding)
+        if decoding.strategy == "ctc_beam":
+            self.decode = None
+        else:
+            lm = load_language_model(decoding, head_vocab_size(self.model, decoding), model.cache_dir, device)
+            self.decode, _ = build_decoder(self.model, decoding, lm)
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        rows = _ok_rows(table)
+        audio_s = np.asarray(table.column(AUDIO_S).to_numpy(zero_copy_only=False), dtype=np.float64)
+        results: dict[int, dict[str, Any]] = {}
+        failed: dict[int, str] = {}
+        padded = np.zeros(table.num_rows)
+        column = table.column(SAMPLES)
+        buckets = plan_batches(audio_s[rows], self.resources.batch_audio_s, self.resources.max_batch_size) if rows \
+            else []
+        for bucket in buckets:
+            indices = [rows[i] for i in bucket]
+            padded[indices] = padded_seconds(audio_s[indices], [np.arange(len(indices))]) / len(indices)
+            try:
+                results.update(zip(indices, self._run([_samples(column, i) for i in indices])))
+            except Exception:
+                for index in indices:  # find the row that fails; the others still get results
+                    try:
+                        results[index] = self._run([_samples(column, index)])[0]
+                    except Exception as error:
+                        failed[index] = f"{table.column(schema.AUDIO_FILEPATH)[index]}: decoding failed " \
+                                        f"({type(error).__name__}: {error})"
+        table = _fail(table.drop_columns([SAMPLES]), failed)
+        table = _set(table, PADDED_S, pa.array(padded, pa.float64()))
+        empty: dict[str, Any] = {}
+        for name, kind in ((TOKENS, pa.list_(pa.int64())), (TOKEN_FRAMES, pa.list_(pa.int64())),
+                           (TOKEN_DURATIONS, pa.list_(pa.int64())), (SCORE, pa.float64()),
+                           (CTC_LOG_PROBS, pa.large_binary()), (CTC_FRAMES, pa.list_(pa.int32()))):
+            table = _set(table, name, pa.array([results.get(i, empty).get(name) for i in range(table.num_rows)],
+                                               type=kind))
+        return table
+
+    @torch.no_grad()
+    def _run(self, waveforms: list[np.ndarray]) -> list[dict[str, Any]]:
+        audio, lengths = pad_waveforms(waveforms)
+        encoder_output, encoder_lengths = self.model.encode(audio, lengths)
+        if self.decode is None:
+            compact = compact_ctc_log_probs(self.model, encoder_output, encoder_lengths,
+                                            self.decoding.ctc_collapse_threshold)
+            return [{CTC_LOG_PROBS: values.tobytes(), CTC_FRAMES: frames} for values, frames in compact]
+        return [{TOKENS: h.tokens, TOKEN_FRAMES: h.frame_indices, TOKEN_DURATIONS: h.durations, SCORE: h.score}
+                for h in self.decode(encoder_output, encoder_lengths).to_list()]
+
+
+class FinishAndWrite:
+    """CPU stage: decoded rows -> text and word timestamps (CTC beam search first, for `ctc_beam`) -> one
+    committed Parquet part -> a one-row summary of it.
+
+    Holds the model on the CPU for its tokenizer and frame timing (and CTC head's layout).
+    """
+
+    def __init__(self, model: ModelConfig, decoding: DecodingConfig, output: str, model_id: str,
+                 load: ModelLoader = load_model) -> None:
+        self.model = load(model, "cpu")
+        self.head = decoding_head(self.model, decoding)
+        self.output = output
+        self.model_id = model_id
+        self.decoding_id = decoding.describe()
+        if self.head == "transducer":
+            self.span_kind = "tdt" if self.model.transducer.durations else "rnnt"
+        else:
+            self.span_kind = "ctc"
+        self.ctc_beam = None
+        if decoding.strategy == "ctc_beam":
+            lm = load_language_model(decoding, head_vocab_size(self.model, decoding), model.cache_dir, "cpu")
+            self.ctc_beam = ctc_beam_decoder(self.model, decoding, lm)
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        started = time.perf_counter()
+        rows = _ok_rows(table)
+        failed: dict[int, str] = {}
+        hypotheses: dict[int, tuple] = {}
+        if self.ctc_beam is not None and rows:
+            vocab = self.model.ctc.vocab_size + 1
+            compact = [(np.frombuffer(table.column(CTC_LOG_PROBS)[i].as_py(), np.float16).reshape(-1, vocab),
+                        np.asarray(table.column(CTC_FRAMES)[i].as_py(), np.int64)) for i in rows]
+            for index, h in zip(rows, self.ctc_beam(compact)):
+                hypotheses[index] = (h.tokens, h.frame_indices, h.durations, h.score)
+        else:
+            columns = [table.column(c).to_pylist() for c in (TOKENS, TOKEN_FRAMES, TOKEN_DURATIONS, SCORE)]
+            hypotheses = {i: tuple(column[i] for column in columns) for i in rows}
+        texts: list[str | None] = [None] * table.num_rows
+        words: list[list[dict] | None] = [None] * table.num_rows
+        for index, (tokens, frames, durations, score) in hypotheses.items():
+            try:
+                transcript = transcript_of(self.model, self.span_kind, tokens, frames, durations, score)
+            except Exception as error:
+                failed[index] = f"cannot detokenize ({type(error).__name__}: {error})"
+                continue
+            texts[index] = transcript.text
+            words[index] = [{"word": w.text, "start": w.start_s, "end": w.end_s, "confidence": None}
+                            for w in transcript.words]
+        table = _fail(table, failed)
+        for index in failed:
+            texts[index], words[index] = None, None
+        output = sink.to_output_table({
+            **{name: table.column(name) for name in schema.INPUT_COLUMNS},
+            schema.TEXT: texts,
+            schema.WORDS: words,
+            schema.MODEL: [self.model_id] * table.num_rows,
+            schema.DECODING: [self.decoding_id] * table.num_rows,
+        })
+        part = sink.write_part(self.output, output) if output.num_rows else ""
+        statuses = table.column(schema.STATUS).to_pylist()
+        ok = sum(s == schema.STATUS_OK for s in statuses)
+        audio_s = table.column(AUDIO_S).to_numpy(zero_copy_only=False)
+        return pa.table({
+            PART: [part],
+            ROWS: [table.num_rows],
+            ROWS_OK: [ok],
+            ROWS_ERROR: [table.num_rows - ok],
+            AUDIO_S: [float(np.sum(audio_s))],
+            PADDED_S: [float(np.sum(table.column(PADDED_S).to_numpy(zero_copy_only=False)))],
+            "finish_s": [time.perf_counter() - started],
+        })
+
+
+def summarize(parts: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """Summary rows of this run's parts -> the job summary written beside the output."""
+    audio_s = sum(p[AUDIO_S] for p in parts)
+    padded_s = sum(p[PADDED_S] for p in parts)
+    return {
+        "rows": sum(p[ROWS] for p in parts),
+        "rows_ok": sum(p[ROWS_OK] for p in parts),
+        "rows_error": sum(p[ROWS_ERROR] for p in parts),
+        "parts": len([p for p in parts if p[PART]]),
+        "audio_hours": audio_s / 3600,
+        "wall_s": wall_s,
+        "rtfx": audio_s / wall_s if wall_s > 0 else None,
+        "padding_efficiency": audio_s / padded_s if padded_s > 0 else None,
+    }

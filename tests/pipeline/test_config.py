@@ -1,0 +1,87 @@
+"""Flags and YAML become one frozen config; bad settings are refused with the setting's name."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import (
+    BUNDLED_MANIFEST,
+    DecodingConfig,
+    ResourcesConfig,
+    TranscribeJobConfig,
+    config_from_dict,
+)
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPOSITORY))
+from jobs import transcribe  # noqa: E402
+
+
+def resolve(*argv: str) -> TranscribeJobConfig:
+    return transcribe.config_from_args(transcribe.parser().parse_args(list(argv)))
+
+
+def test_defaults_are_the_embedded_quickstart():
+    config = resolve()
+    assert config == TranscribeJobConfig()
+    assert config.manifests == (str(BUNDLED_MANIFEST),) and config.model.uri.endswith(".nemo")
+    assert config.decoding.strategy == "greedy" and config.resources.device == "auto"
+
+
+def test_flags_override_yaml_which_overrides_defaults(tmp_path):
+    yaml_file = tmp_path / "job.yaml"
+    yaml_file.write_text(
+        "manifests: [s3://b/a.json, s3://b/b.jsonl.gz]\noutput: s3://b/out\n"
+        "decoding: {strategy: alsd, beam_size: 8, lm_uri: s3://b/lm.bin, lm_weight: 0.5}\n"
+        "resources: {gpu_actors: 4, batch_audio_s: 900}\n")
+    config = resolve("--config", str(yaml_file), "--beam-size", "2", "--gpu-actors", "8", "--output", "out2")
+    assert config.manifests == ("s3://b/a.json", "s3://b/b.jsonl.gz") and config.output == "out2"
+    assert config.decoding == DecodingConfig(strategy="alsd", beam_size=2, lm_uri="s3://b/lm.bin", lm_weight=0.5)
+    assert config.resources == ResourcesConfig(gpu_actors=8, batch_audio_s=900)
+
+
+def test_nemo_names_are_aliases_and_collapse_zero_turns_it_off():
+    config = resolve("--strategy", "ctc_beam", "--lm", "lm.bin", "--ngram-lm-alpha", "0.3",
+                     "--ctc-collapse-threshold", "0")
+    assert config.decoding.strategy == "ctc_beam" and config.decoding.lm_weight == 0.3
+    assert config.decoding.ctc_collapse_threshold is None
+    assert config.decoding.describe() == "ctc_beam beam_size=4 lm=lm.bin lm_weight=0.3"
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"decoding": {"strategy": "beam"}}, "decoding.strategy must be one of"),
+    ({"decoding": {"beam_sise": 4}}, "unknown keys in decoding: beam_sise"),
+    ({"outptu": "x"}, "unknown config keys: outptu"),
+    ({"decoding": {"lm_weight": 0.5}}, "needs decoding.lm_uri"),
+    ({"resources": {"gpu_actors": 0}}, "resources.gpu_actors must be >= 1"),
+    ({"decoding": {"ctc_collapse_threshold": 1.5}}, "ctc_collapse_threshold must lie in"),
+    ({"manifests": []}, "at least one manifest"),
+])
+def test_bad_settings_name_the_setting(values, message):
+    with pytest.raises(ValueError, match=message):
+        config_from_dict(values)
+
+
+def test_lm_without_weight_is_refused():
+    with pytest.raises(SystemExit, match="--lm needs --lm-weight"):
+        resolve("--lm", "lm.bin")
+
+
+def test_cli_prints_the_resolved_config_and_has_complete_help():
+    run = subprocess.run([sys.executable, str(REPOSITORY / "jobs" / "transcribe.py"), "--print-config",
+                          "--decoding", "wind_greedy", "--window-size", "16"], capture_output=True, text=True,
+                         check=True)
+    printed = json.loads(run.stdout)
+    assert printed["decoding"]["strategy"] == "wind_greedy" and printed["decoding"]["window_size"] == 16
+    assert config_from_dict(printed) == resolve("--decoding", "wind_greedy", "--window-size", "16")
+    help_text = transcribe.parser().format_help()
+    for flag in ("--manifest", "--output", "--model", "--decoding", "--beam-size", "--lm", "--lm-weight",
+                 "--gpu-actors", "--cpu-actors", "--ctc-actors", "--batch-audio-s", "--device", "--config"):
+        assert flag in help_text
+    for strategy in ("greedy", "wind_greedy", "alsd", "aes", "wind_beam", "ctc_greedy", "ctc_beam"):
+        assert strategy in help_text

@@ -1,0 +1,199 @@
+"""The job's stages, called directly (no Ray): bad rows become error rows, good rows decode as in-process.
+
+The model is a small random NeMo model calibrated to emit about one label per 3 frames (tests/pipeline/
+conftest.py). "In-process" means `recognize` on one utterance at a time, so the checks also prove that length
+bucketing and padding change nothing.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pipeline import schema, sink, stages
+from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig
+from pipeline.manifest import read_manifest
+from pipeline.recognize import (
+    compact_ctc_log_probs,
+    ctc_beam_decoder,
+    pad_waveforms,
+    recognize,
+    transcript_of,
+)
+
+pytestmark = pytest.mark.nemo
+
+
+def write_manifest(path, entries):
+    with open(path, "w") as handle:
+        for entry in entries:
+            handle.write(entry if isinstance(entry, str) else json.dumps(entry))
+            handle.write("\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def rows(nemo_assets, tmp_path_factory):
+    """A manifest of the 8 good files plus one of each kind of bad row, as the table stage 1 yields."""
+    folder = tmp_path_factory.mktemp("stage-rows")
+    (folder / "corrupt.wav").write_bytes(nemo_assets["files"][0].read_bytes()[:30])
+    (folder / "empty.wav").write_bytes(b"")
+    (folder / "text.wav").write_text("this is not audio\n" * 50)
+    good = [{"audio_filepath": str(path), "duration": 9.0, "text": f"utterance {i}"}
+            for i, path in enumerate(nemo_assets["files"])]
+    bad = [
+        {"audio_filepath": str(folder / "missing.wav"), "duration": 1.0},
+        {"audio_filepath": "corrupt.wav", "duration": 1.0},  # relative: resolved against the manifest's folder
+        {"audio_filepath": "empty.wav", "duration": 1.0},
+        {"audio_filepath": "text.wav", "duration": 1.0},
+        '{"audio_filepath": "x.wav", "duration": ',
+        {"duration": 1.0},
+        {"audio_filepath": str(nemo_assets["files"][0]), "duration": -1.0},
+    ]
+    manifest = write_manifest(folder / "manifest.json", good[:4] + bad + good[4:])
+    return pa.Table.from_pylist(list(read_manifest(manifest)), schema=stages.INPUT_SCHEMA)
+
+
+@pytest.fixture(scope="module")
+def model_config(nemo_assets):
+    return ModelConfig(uri=str(nemo_assets["checkpoints"]["tdt_ctc"]))
+
+
+def load_once():
+    cache = {}
+
+    def load(model, device):
+        if model.uri not in cache:
+            cache[model.uri] = stages.load_model(model, device)
+        return cache[model.uri]
+
+    return load
+
+
+LOAD = load_once()
+
+
+SMALL_BUCKETS = ResourcesConfig(batch_audio_s=12.0)  # several buckets out of the 8 utterances
+
+
+def run_stages(rows_table, model_config, decoding, output, resources=SMALL_BUCKETS):
+    audio = stages.LoadAudio(sample_rate=16000)(rows_table)
+    decoded = stages.TranscribeBatch(model_config, decoding, resources, "cpu", load=LOAD)(audio)
+    summary = stages.FinishAndWrite(model_config, decoding, str(output), "test-model", load=LOAD)(decoded)
+    return audio, summary
+
+
+def test_bad_rows_become_error_rows_naming_manifest_line_and_cause(rows, model_config, tmp_path):
+    audio, summary = run_stages(rows, model_config, DecodingConfig(), tmp_path / "out")
+    table = sink.read_output(str(tmp_path / "out"))
+    assert table.num_rows == rows.num_rows == 15
+    assert sorted(table.column(schema.UTTERANCE_ID).to_pylist()) == sorted(rows.column(schema.UTTERANCE_ID)
+                                                                          .to_pylist())
+    by_line = {r[schema.LINE]: r for r in table.to_pylist()}
+    manifest = rows.column(schema.MANIFEST)[0].as_py()
+    expected_errors = {5: "file not found", 6: "not decodable audio", 7: "empty file", 8: "not decodable audio",
+                       9: "malformed JSON", 10: "missing key 'audio_filepath'", 11: "must not be negative"}
+    for line, cause in expected_errors.items():
+        row = by_line[line]
+        assert row[schema.STATUS] == schema.STATUS_ERROR
+        assert row[schema.ERROR].startswith(f"{manifest}, line {line}: ")
+        assert cause in row[schema.ERROR], row[schema.ERROR]
+        assert row[schema.TEXT] is None and row[schema.WORDS] is None
+    assert by_line[6][schema.AUDIO_FILEPATH].endswith("/corrupt.wav") and "corrupt.wav" in by_line[6][schema.ERROR]
+    ok = [r for r in table.to_pylist() if r[schema.STATUS] == schema.STATUS_OK]
+    assert len(ok) == 8 and all(r[schema.ERROR] == "" and r[schema.TEXT] for r in ok)
+    assert summary.to_pylist()[0] | {"finish_s": 0} == {
+        stages.PART: sink.list_parts(str(tmp_path / "out"))[0].rsplit("/", 1)[-1], stages.ROWS: 15,
+        stages.ROWS_OK: 8, stages.ROWS_ERROR: 7, stages.AUDIO_S: pytest.approx(
+            sum(len(w) for w in audio.column(stages.SAMPLES).to_pylist()) / 16000),
+        stages.PADDED_S: summary.column(stages.PADDED_S)[0].as_py(), "finish_s": 0}
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "ctc_greedy", "alsd"])
+def test_good_rows_equal_decoding_each_utterance_in_process(rows, model_config, nemo_assets, strategy, tmp_path):
+    decoding = DecodingConfig(strategy=strategy, beam_size=2)
+    run_stages(rows, model_config, decoding, tmp_path / "out")
+    table = sink.read_output(str(tmp_path / "out"))
+    model = LOAD(model_config, "cpu")
+    results = {r[schema.AUDIO_FILEPATH]: r for r in table.to_pylist() if r[schema.STATUS] == schema.STATUS_OK}
+    assert len(results) == 8
+    head = "ctc" if strategy == "ctc_greedy" else "transducer"
+    for path, waveform in zip(nemo_assets["files"], nemo_assets["waveforms"]):
+        row = results[str(path)]
+        if strategy == "alsd":
+            from pipeline.recognize import build_decoder
+
+            decode, kind = build_decoder(model, decoding)
+            audio, lengths = pad_waveforms([waveform])
+            h = decode(*model.encode(audio, lengths)).to_list()[0]
+            expected = transcript_of(model, kind, h.tokens, h.frame_indices, h.durations, h.score)
+        else:
+            expected = recognize(model, [waveform], head=head)[0]
+        assert row[schema.TEXT] == expected.text
+        assert [(w["word"], w["start"], w["end"]) for w in row[schema.WORDS]] == [
+            (w.text, w.start_s, w.end_s) for w in expected.words]
+        assert row[schema.DECODING] == decoding.describe() and row[schema.MODEL] == "test-model"
+
+
+def test_ctc_beam_runs_on_compact_log_probs_like_in_process(rows, model_config, nemo_assets, tmp_path):
+    decoding = DecodingConfig(strategy="ctc_beam", beam_size=4, ctc_collapse_threshold=0.5)
+    run_stages(rows, model_config, decoding, tmp_path / "out")
+    results = {r[schema.AUDIO_FILEPATH]: r for r in sink.read_output(str(tmp_path / "out")).to_pylist()}
+    model = LOAD(model_config, "cpu")
+    decode = ctc_beam_decoder(model, decoding)
+    collapsed_frames = 0
+    for path, waveform in zip(nemo_assets["files"], nemo_assets["waveforms"]):
+        audio, lengths = pad_waveforms([waveform])
+        encoder_output, encoder_lengths = model.encode(audio, lengths)
+        compact = compact_ctc_log_probs(model, encoder_output, encoder_lengths, 0.5)
+        collapsed_frames += int(encoder_lengths[0]) - len(compact[0][1])
+        h = decode(compact)[0]
+        expected = transcript_of(model, "ctc", h.tokens, h.frame_indices, None, h.score)
+        assert results[str(path)][schema.TEXT] == expected.text
+        assert [(w["word"], w["start"], w["end"]) for w in results[str(path)][schema.WORDS]] == [
+            (w.text, w.start_s, w.end_s) for w in expected.words]
+    assert collapsed_frames > 0  # the collapse did drop frames, and timestamps still came out in original frames
+
+
+def test_a_failing_bucket_is_retried_row_by_row(rows, model_config):
+    audio = stages.LoadAudio(sample_rate=16000)(rows)
+    stage = stages.TranscribeBatch(model_config, DecodingConfig(), ResourcesConfig(batch_audio_s=1000), "cpu",
+                                   load=LOAD)
+    poisoned = len(audio.column(stages.SAMPLES)[0].as_py())
+    original = stage._run
+
+    def run(waveforms):  # one utterance (the first row's) breaks any batch it is in
+        if any(len(w) == poisoned for w in waveforms):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return original(waveforms)
+
+    stage._run = run
+    decoded = stage(audio)
+    statuses = decoded.column(schema.STATUS).to_pylist()
+    assert statuses[0] == schema.STATUS_ERROR and "decoding failed (RuntimeError: CUDA error" in \
+        decoded.column(schema.ERROR)[0].as_py()
+    assert statuses.count(schema.STATUS_OK) == 7  # the other good rows of the same bucket still decoded
+    assert all(t is not None for t, s in zip(decoded.column(stages.TOKENS).to_pylist(), statuses) if s == "ok")
+
+
+def test_read_manifests_skips_committed_rows(rows, tmp_path):
+    manifest = rows.column(schema.MANIFEST)[0].as_py()
+    done = rows.slice(0, 5)
+    sink.write_part(str(tmp_path), sink.to_output_table(done))
+    remaining = list(stages.ReadManifests(str(tmp_path))({schema.MANIFEST: manifest}))
+    assert [r[schema.UTTERANCE_ID] for r in remaining] == rows.column(schema.UTTERANCE_ID).to_pylist()[5:]
+
+
+def test_padding_efficiency_is_reported_per_row(rows, model_config):
+    audio = stages.LoadAudio(sample_rate=16000)(rows)
+    decoded = stages.TranscribeBatch(model_config, DecodingConfig(), ResourcesConfig(batch_audio_s=1000), "cpu",
+                                     load=LOAD)(audio)
+    audio_s = np.array(decoded.column(stages.AUDIO_S).to_pylist())
+    padded = np.array(decoded.column(stages.PADDED_S).to_pylist())
+    ok = np.array(decoded.column(schema.STATUS).to_pylist()) == schema.STATUS_OK
+    # one bucket: every row's share is the longest utterance
+    assert padded[ok] == pytest.approx(np.full(ok.sum(), audio_s[ok].max()))
+    assert (padded[~ok] == 0).all()
