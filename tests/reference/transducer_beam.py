@@ -219,7 +219,10 @@ class _Reference:
                         duration, best = self.model.durations[index], duration_log_probs[index]
                     hyp = self.extend(hyp, self.blank, duration, hyp.score + fused[self.blank] + best)
                 finished.append(hyp)
-            beam = self.merge(finished, by_frame=True) if self.is_tdt else finished
+            if self.is_tdt:  # merge in score order: the blank changed the scores of some
+                beam = self.merge(sorted(finished, key=lambda h: h.score, reverse=True), by_frame=True)
+            else:
+                beam = finished
         return self.ranked(beam)
 
     def expansion_options(self, log_probs, fused, duration_log_probs) -> list[tuple[float, float, int, int]]:
