@@ -176,7 +176,13 @@ class BeamTree:
     non-blank labels), `prefix_hashes` (the hash before the last label, for AES prefix search),
     `non_blank_lengths`, `last_labels` (last non-blank label, `NO_LABEL` if none), `next_frames` (the frame
     the hypothesis reads next) and `frame_counts` (labels emitted in a row on the current frame, for
-    max_symbols). Dims: B batch, K beam, L steps (capacity).
+    max_symbols). `length` is the number of columns written, a 0-dim tensor.
+
+    Every method but `ensure_capacity_` and the readers (`to_hypotheses`, `best`) writes in place with tensor
+    operations only (no host synchronization, no new buffers), so a search step can run inside a CUDA graph.
+    The caller reserves room for each column with `ensure_capacity_` (it counts columns on the host); a tree
+    made with `growable=False` (CUDA graphs: buffers cannot move) raises instead of growing.
+    Dims: B batch, K beam, L steps (capacity).
     """
 
     def __init__(
@@ -188,6 +194,7 @@ class BeamTree:
         device: torch.device | str = "cpu",
         float_dtype: torch.dtype = torch.float32,
         with_durations: bool = False,
+        growable: bool = True,
     ) -> None:
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
@@ -196,7 +203,7 @@ class BeamTree:
         self.beam_size = beam_size
         self.blank_id = blank_id
         self.with_durations = with_durations
-        self.length = 0  # columns written (the same for every hypothesis)
+        self.growable = growable
         shape = (batch_size, beam_size, capacity)
         long = dict(dtype=torch.long, device=device)
         self.labels = torch.full(shape, NO_LABEL, **long)
@@ -205,16 +212,17 @@ class BeamTree:
         self.durations = torch.zeros(shape, **long)
         self.step_scores = torch.zeros(shape, dtype=float_dtype, device=device)
         beams = (batch_size, beam_size)
-        self.scores = torch.full(beams, float("-inf"), dtype=float_dtype, device=device)
-        self.scores[:, 0] = 0.0  # one empty hypothesis per utterance to start from
-        self.hashes = torch.zeros(beams, **long)
-        self.prefix_hashes = torch.zeros(beams, **long)
-        self.non_blank_lengths = torch.zeros(beams, **long)
-        self.last_labels = torch.full(beams, NO_LABEL, **long)
-        self.next_frames = torch.zeros(beams, **long)
-        self.frame_counts = torch.zeros(beams, **long)
+        self.length = torch.zeros((), **long)  # columns written
+        self.scores = torch.empty(beams, dtype=float_dtype, device=device)
+        self.hashes = torch.empty(beams, **long)
+        self.prefix_hashes = torch.empty(beams, **long)
+        self.non_blank_lengths = torch.empty(beams, **long)
+        self.last_labels = torch.empty(beams, **long)
+        self.next_frames = torch.empty(beams, **long)
+        self.frame_counts = torch.empty(beams, **long)
         self._rows = torch.arange(batch_size, device=device).unsqueeze(1)  # [B, 1]
         self._beam_range = torch.arange(beam_size, device=device)
+        self.reset_()
 
     @property
     def capacity(self) -> int:
@@ -224,10 +232,22 @@ class BeamTree:
     def device(self) -> torch.device:
         return self.labels.device
 
+    def reset_(self) -> None:
+        """One empty hypothesis per utterance (in beam slot 0), no columns; the buffers are kept."""
+        self.length.zero_()
+        self.scores.fill_(float("-inf"))
+        self.scores[:, 0] = 0.0
+        for buffer in (self.hashes, self.prefix_hashes, self.non_blank_lengths, self.next_frames, self.frame_counts):
+            buffer.zero_()
+        self.last_labels.fill_(NO_LABEL)
+
     def ensure_capacity_(self, capacity: int) -> None:
-        """Grow the [B, K, L] buffers to at least `capacity` columns (doubling, amortized)."""
+        """Room for at least `capacity` columns: grow the [B, K, L] buffers (doubling, amortized), or, for a
+        tree made with `growable=False`, raise if there is not (its caller's bound on columns was wrong)."""
         if capacity <= self.capacity:
             return
+        if not self.growable:
+            raise RuntimeError(f"beam tree full: {capacity} columns needed, {self.capacity} allocated")
         extra = max(capacity, 2 * self.capacity) - self.capacity
 
         def grow(buffer: Tensor, fill) -> Tensor:
@@ -254,9 +274,8 @@ class BeamTree:
     ) -> None:
         """Replace the K hypotheses of each utterance by K new ones, all [B, K]: new hypothesis k extends
         hypothesis `parents[b, k]` by `labels[b, k]` (blank, a label, or NO_LABEL to carry it over unchanged),
-        emitted on `frames` and reading `next_frames` next, with total `scores`."""
-        self.ensure_capacity_(self.length + 1)
-        column = self.length
+        emitted on `frames` and reading `next_frames` next, with total `scores`. The column is written at
+        `length`, which the caller has made room for (`ensure_capacity_`)."""
         is_carried = labels < 0
         is_label = ~is_carried & (labels != self.blank_id)
         parent_hashes = self.gather(self.hashes, parents)
@@ -264,25 +283,34 @@ class BeamTree:
         parent_counts = self.gather(self.frame_counts, parents)
         parent_scores = self.gather(self.scores, parents)
 
-        self.labels[..., column] = labels
-        self.parents[..., column] = parents
-        self.frame_indices[..., column] = frames
-        self.durations[..., column] = durations if durations is not None else 0
-        self.step_scores[..., column] = torch.where(is_carried, 0.0, scores - parent_scores)
-        self.length += 1
+        column = self.length.view(1)
+        self.labels.index_copy_(2, column, labels.unsqueeze(2))
+        self.parents.index_copy_(2, column, parents.unsqueeze(2))
+        self.frame_indices.index_copy_(2, column, frames.unsqueeze(2))
+        self.durations.index_copy_(2, column, (durations if durations is not None else torch.zeros_like(labels))
+                                   .unsqueeze(2))
+        step_scores = torch.where(is_carried, 0.0, scores - parent_scores).to(self.step_scores.dtype)
+        self.step_scores.index_copy_(2, column, step_scores.unsqueeze(2))
+        self.length.add_(1)
 
-        self.prefix_hashes = torch.where(is_label, parent_hashes, self.gather(self.prefix_hashes, parents))
-        self.hashes = torch.where(is_label, extend_hashes(parent_hashes, labels), parent_hashes)
-        self.non_blank_lengths = self.gather(self.non_blank_lengths, parents) + is_label
-        self.last_labels = torch.where(is_label, labels, self.gather(self.last_labels, parents))
+        # every new value is computed from the parents' before any buffer is overwritten
+        prefix_hashes = torch.where(is_label, parent_hashes, self.gather(self.prefix_hashes, parents))
+        hashes = torch.where(is_label, extend_hashes(parent_hashes, labels), parent_hashes)
+        non_blank_lengths = self.gather(self.non_blank_lengths, parents) + is_label
+        last_labels = torch.where(is_label, labels, self.gather(self.last_labels, parents))
         # labels in a row on one frame: a label that stays on its frame counts one more if the frame is the
         # one its parent was on; anything that moves on starts the count again
         stays = is_label & (next_frames == frames)
         same_frame = frames == parent_next_frames
-        self.frame_counts = torch.where(
+        frame_counts = torch.where(
             is_carried, parent_counts, torch.where(stays, torch.where(same_frame, parent_counts, 0) + 1, 0))
-        self.next_frames = torch.where(is_carried, parent_next_frames, next_frames)
-        self.scores = scores.to(self.scores.dtype)
+        self.prefix_hashes.copy_(prefix_hashes)
+        self.hashes.copy_(hashes)
+        self.non_blank_lengths.copy_(non_blank_lengths)
+        self.last_labels.copy_(last_labels)
+        self.frame_counts.copy_(frame_counts)
+        self.next_frames.copy_(torch.where(is_carried, parent_next_frames, next_frames))
+        self.scores.copy_(scores)
 
     def recombine_(self, match_frames: bool) -> None:
         """Merge identical hypotheses: same hash, last label and non-blank length (and, with `match_frames`,
@@ -297,7 +325,7 @@ class BeamTree:
             same &= self.next_frames.unsqueeze(2) == self.next_frames.unsqueeze(1)
         group_scores = torch.where(same, self.scores.unsqueeze(1), float("-inf"))  # row k: scores of k's group
         keep = group_scores.argmax(dim=2) == self._beam_range  # the first best of each group keeps it
-        self.scores = torch.where(keep, torch.logsumexp(group_scores, dim=2), float("-inf"))
+        self.scores.copy_(torch.where(keep, torch.logsumexp(group_scores, dim=2), float("-inf")))
 
     def ranking(self, length_normalization: bool = True) -> Tensor:
         """[B, K] beam indices, best first, by score / (non_blank_length + 1) (NeMo) or by raw score."""
@@ -307,22 +335,24 @@ class BeamTree:
         return torch.sort(scores, dim=1, descending=True, stable=True).indices
 
     def to_hypotheses(self, beams: Tensor) -> BatchedHypotheses:
-        """beams [B, N] beam indices -> BatchedHypotheses of B*N rows (row b*N + n is beams[b, n]).
+        """beams [B', N] beam indices of the first B' utterances -> BatchedHypotheses of B'*N rows (row b*N + n
+        is beams[b, n]).
 
         Walks the parent pointers back from the last column; blanks and carried columns are dropped."""
         batch_size, count = beams.shape
-        length = self.length
+        rows_index = self._rows[:batch_size]
+        length = int(self.length)  # one host synchronization
         pointers = beams
         path_labels = self.labels.new_full((batch_size, count, length), NO_LABEL)
         path_frames = torch.zeros_like(path_labels)
         path_durations = torch.zeros_like(path_labels)
         path_scores = self.step_scores.new_zeros((batch_size, count, length))
         for column in range(length - 1, -1, -1):
-            path_labels[..., column] = self.labels[self._rows, pointers, column]
-            path_frames[..., column] = self.frame_indices[self._rows, pointers, column]
-            path_durations[..., column] = self.durations[self._rows, pointers, column]
-            path_scores[..., column] = self.step_scores[self._rows, pointers, column]
-            pointers = self.parents[self._rows, pointers, column]
+            path_labels[..., column] = self.labels[rows_index, pointers, column]
+            path_frames[..., column] = self.frame_indices[rows_index, pointers, column]
+            path_durations[..., column] = self.durations[rows_index, pointers, column]
+            path_scores[..., column] = self.step_scores[rows_index, pointers, column]
+            pointers = self.parents[rows_index, pointers, column]
         rows = batch_size * count
         is_token = ((path_labels >= 0) & (path_labels != self.blank_id)).view(rows, length)
         token_lengths = is_token.sum(dim=1)
@@ -341,16 +371,18 @@ class BeamTree:
         if self.with_durations:
             out.durations = compact(out.durations, path_durations)
         out.token_lengths = token_lengths
-        out.scores = self.scores[self._rows, beams].reshape(rows).clone()
+        out.scores = self.scores[rows_index, beams].reshape(rows).clone()
         if capacity > 0:
             last_frames = out.frame_indices.gather(1, (token_lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
             out.last_frame = torch.where(token_lengths > 0, last_frames, -1)
         return out
 
-    def best(self, length_normalization: bool = True, with_nbest: bool = False) -> BatchedHypotheses:
-        """The best hypothesis of each utterance; with `with_nbest`, also all K, best first, in `.nbest`
-        (hypotheses that do not exist have score -inf and no tokens)."""
-        order = self.ranking(length_normalization)
+    def best(self, length_normalization: bool = True, with_nbest: bool = False,
+             batch_size: int | None = None) -> BatchedHypotheses:
+        """The best hypothesis of each of the first `batch_size` utterances (all by default); with
+        `with_nbest`, also all K, best first, in `.nbest` (hypotheses that do not exist have score -inf and no
+        tokens)."""
+        order = self.ranking(length_normalization)[:batch_size]
         best = self.to_hypotheses(order[:, :1])
         if with_nbest:
             best.nbest = self.to_hypotheses(order)

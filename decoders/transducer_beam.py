@@ -9,11 +9,9 @@
   (same paper): frame-synchronous, with prefix search at each frame, at most `expansion_steps` label
   expansions per frame, `expansion_beta` extra candidates per hypothesis and pruning by value
   (`expansion_gamma`). RNN-T and TDT (see the class docstring for TDT).
-- `WindBeamSearch`: AES++ with windowed non-blank detection (after WIND, Xu et al., 2025): one joint call on
-  a window of W frames finds, per utterance, the run of frames on which AES++ would only add blank to every
-  hypothesis, and the search moves over them without the prediction network; results equal AES++'s. RNN-T.
-  (A first design in which each hypothesis jumped over blank frames on its own was dropped: hypotheses
-  lagging behind in time pushed finished ones out of the beam.)
+- `WindBeamSearch`: AES++ that moves over frames on which it would only add blanks with one windowed joint
+  call, after WIND (Xu et al., 2025); results equal AES++'s. RNN-T. This is our design, not the WIND paper's
+  Algorithm 3, whose text we could not read (see the class docstring).
 
 The hypotheses live in a `BeamTree` (labels with parent pointers, rolling hashes); the result is the best
 hypothesis per utterance by `score / (non_blank_length + 1)` (NeMo's choice) or by raw score.
@@ -37,12 +35,24 @@ LM fusion (`lm_weight` = alpha, an LM over the non-blank labels, natural-log sco
   `pruning="late"`: the fused scores of the whole vocabulary are ranked.
 There is no end-of-sentence LM score (as in NeMo's transducer beam search).
 
+Execution. Each search is a host loop (`_search`) over named pieces (`_pieces`), functions of a `_BeamState`
+whose tensors are allocated once and only ever written in place. A piece reads no tensor value on the host and
+makes no tensor whose shape depends on values, so on a GPU each piece is captured once as a CUDA graph and
+replayed (`_CudaGraphsRunner`, NeMo's "no_while_loops" mode); elsewhere, or with `use_cuda_graphs=False`, the
+same pieces run eagerly. The loop conditions are the only host reads: one per ALSD step; per AES frame one for
+the frame and one per expansion round (rounds stop early when no hypothesis is still on the frame); per WIND
+window one more; reading the hypotheses back at the end costs a few more. Eager mode keeps two shortcuts that
+need host reads and are off under graphs: the prediction network runs only on the rows that got a label
+(graphs run it on every row and keep the old output where there was none), and WIND stops walking a window
+once no utterance is still moving.
+
 Dims: B batch, T frames, D encoder features, H joint hidden, V labels with blank, N durations, K beam,
 E candidates per hypothesis, W window.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,6 +65,8 @@ from decoders.transducer_greedy import check_encoder_inputs
 
 BLANK_PROBABILITY_CLAMP = 1e-2  # p(blank) <= 1 - this in weighted blank scoring (NeMo's value for bf16)
 NEG_INF = float("-inf")
+
+Run = Callable[[str], None]  # runs one piece of a search by name: a direct call, or a CUDA graph's replay
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,7 @@ class BeamSearchConfig:
     expansion_beta: int = 2  # AES: candidates per hypothesis beyond beam_size (maes_expansion_beta)
     expansion_gamma: float = 2.3  # AES: prune candidates this far below a hypothesis's best (maes_expansion_gamma)
     window_size: int = 8  # WIND: frames whose joint is evaluated at once to find blank-only frames
+    use_cuda_graphs: bool = True  # replay CUDA graphs of the search's pieces when decoding on a GPU
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -89,37 +102,69 @@ class BeamSearchConfig:
 
 
 class _BeamState:
-    """Everything the search reads and writes: the tree, and per hypothesis [B*K] the prediction network's
-    projected output and state and the LM state with its scores for every next label."""
+    """Every tensor the search reads and writes, allocated once: the tree; per hypothesis [B*K] the prediction
+    network's projected output and state and the LM state with its scores for every next label; the search's
+    progress (ALSD: `active`; AES: `frame`, `decoding`, `updating`, `logits`; WIND: `skipping`); and the
+    values `start` resets them from. `encoder_projected` [B, T, H] is read, never written."""
 
-    def __init__(self, decoder: _TransducerBeamSearch, encoder_output: Tensor, encoder_lengths: Tensor) -> None:
-        model, beam_size = decoder.model, decoder.config.beam_size
-        batch_size, max_time, _ = encoder_output.shape
-        device = encoder_output.device
+    def __init__(self, decoder: _TransducerBeamSearch, encoder_projected: Tensor, capacity: int,
+                 growable: bool = True) -> None:
+        model, config, lm = decoder.model, decoder.config, decoder.lm
+        batch_size, max_time, _ = encoder_projected.shape
+        beam_size = config.beam_size
+        device, dtype = encoder_projected.device, encoder_projected.dtype
+        long = dict(dtype=torch.long, device=device)
+        boolean = dict(dtype=torch.bool, device=device)
         self.batch_size, self.beam_size, self.max_time = batch_size, beam_size, max_time
-        self.encoder_projected = model.project_encoder(encoder_output)  # [B, T, H]
-        dtype = self.encoder_projected.dtype
-        self.encoder_lengths = encoder_lengths.unsqueeze(1)  # [B, 1]
-        self.last_frames = (encoder_lengths - 1).clamp(min=0).unsqueeze(1)  # [B, 1]
-        self.rows = torch.arange(batch_size, device=device).unsqueeze(1)  # [B, 1]
-        self.tree = BeamTree(batch_size, beam_size, model.blank_id, capacity=2 * max_time + 8, device=device,
-                             float_dtype=dtype, with_durations=decoder.is_tdt)
+        self.encoder_projected = encoder_projected
+        self.encoder_lengths = torch.zeros(batch_size, **long)
+        self.last_frames = torch.zeros(batch_size, 1, **long)  # [B, 1]
+        self.rows = torch.arange(batch_size, **long).unsqueeze(1)  # [B, 1]
+        self.beam_range = torch.arange(beam_size, **long)  # [K]
+        self.durations = torch.tensor(model.durations, **long)  # [N]
+        self.tree = BeamTree(batch_size, beam_size, model.blank_id, capacity=capacity, device=device,
+                             float_dtype=dtype, with_durations=decoder.is_tdt, growable=growable)
+        # what `start` copies in: the prediction network after the blank (start of sequence), the LM at the
+        # start of a sentence, for every hypothesis
         hypotheses = batch_size * beam_size
-        labels = torch.full((hypotheses,), model.blank_id, dtype=torch.long, device=device)
-        prediction, self.predictor_state = model.predict(labels, model.initial_state(hypotheses, device, dtype))
-        self.prediction = model.project_prediction(prediction)  # [B*K, H]
-        self.lm_states = self.lm_scores = self.lm_next_states = None
-        if decoder.lm is not None:
-            self.lm_states = decoder.lm.initial_states(hypotheses).to(device)
-            self.lm_scores, self.lm_next_states = decoder.lm.advance(self.lm_states)  # [B*K, V-1] each
+        labels = torch.full((hypotheses,), model.blank_id, **long)
+        prediction, predictor_state = model.predict(labels, model.initial_state(hypotheses, device, dtype))
+        self.initial_prediction = model.project_prediction(prediction)  # [B*K, H]
+        self.initial_predictor_state = predictor_state
+        self.prediction = torch.empty_like(self.initial_prediction)
+        self.predictor_state: PredictorState = tuple(torch.empty_like(s) for s in predictor_state)
+        self.initial_lm = None
+        if lm is not None:
+            states = lm.initial_states(hypotheses).to(device)
+            self.initial_lm = (states, *lm.advance(states))  # states [B*K], scores and next states [B*K, V-1]
+            self.lm_states, self.lm_scores, self.lm_next_states = (torch.empty_like(t) for t in self.initial_lm)
+        self.active = torch.zeros(batch_size, beam_size, **boolean)
+        self.frame = torch.zeros(batch_size, **long)
+        self.decoding = torch.zeros(batch_size, **boolean)
+        self.updating = torch.zeros(batch_size, beam_size, **boolean)
+        self.skipping = torch.zeros(batch_size, **boolean)
+        outputs = decoder.num_labels + len(model.durations)
+        self.logits = torch.zeros(batch_size, beam_size, outputs, dtype=dtype, device=device)  # [B, K, V (+N)]
 
     def beam_view(self, flat: Tensor) -> Tensor:
         """[B*K, ...] -> [B, K, ...]."""
         return flat.view(self.batch_size, self.beam_size, *flat.shape[1:])
 
+    def reset_(self) -> None:
+        """Back to one empty hypothesis per utterance (the part of `start` that all searches share)."""
+        torch.clamp(self.encoder_lengths.unsqueeze(1) - 1, min=0, out=self.last_frames)
+        self.tree.reset_()
+        self.prediction.copy_(self.initial_prediction)
+        for buffer, value in zip(self.predictor_state, self.initial_predictor_state):
+            buffer.copy_(value)
+        if self.initial_lm is not None:
+            for buffer, value in zip((self.lm_states, self.lm_scores, self.lm_next_states), self.initial_lm):
+                buffer.copy_(value)
+
 
 class _TransducerBeamSearch:
-    """What the three searches share: checks, LM fusion, reordering the prediction network and LM states."""
+    """What the three searches share: checks, eager and CUDA-graph execution, LM fusion, reordering the
+    prediction network and LM states."""
 
     supports_tdt = True
 
@@ -136,7 +181,7 @@ class _TransducerBeamSearch:
         self.config = config
         self.lm = lm
         self.num_labels = model.vocab_size + 1
-        self._durations_cache: dict[torch.device, Tensor] = {}
+        self._graphs: _CudaGraphsRunner | None = None
 
     @torch.no_grad()
     def __call__(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
@@ -144,20 +189,34 @@ class _TransducerBeamSearch:
         when the config asks for them). `scores` are the raw (fused) log-probabilities, not normalized."""
         check_encoder_inputs(encoder_output, encoder_lengths)
         encoder_lengths = encoder_lengths.to(device=encoder_output.device, dtype=torch.long)
-        state = _BeamState(self, encoder_output, encoder_lengths)
-        if encoder_output.shape[0] > 0:
-            self._search(state)
+        if self.lm is not None and hasattr(self.lm, "to"):
+            self.lm = self.lm.to(encoder_output.device)  # an NgramLm moves once and is kept there
+        if self.config.use_cuda_graphs and encoder_output.is_cuda and encoder_output.shape[0] > 0:
+            if self._graphs is None:
+                self._graphs = _CudaGraphsRunner(self)
+            return self._graphs(encoder_output, encoder_lengths)
+        encoder_projected = self.model.project_encoder(encoder_output)  # [B, T, H]
+        state = _BeamState(self, encoder_projected, capacity=2 * encoder_output.shape[1] + 8)
+        state.encoder_lengths.copy_(encoder_lengths)
+        if encoder_output.shape[0] > 0 and encoder_output.shape[1] > 0:  # else every hypothesis is empty
+            pieces = self._pieces(state, eager=True)
+            self._search(state, lambda name: pieces[name]())
         return state.tree.best(self.config.length_normalization, with_nbest=self.config.return_nbest)
 
-    def _search(self, state: _BeamState) -> None:
+    # --- the search: a host loop over pieces ------------------------------------------------------------
+    def _pieces(self, state: _BeamState, eager: bool) -> dict[str, Callable[[], None]]:
+        """The search's pieces by name, over `state`; `eager` allows the shortcuts that read the host."""
         raise NotImplementedError
 
-    # --- pieces ----------------------------------------------------------------------------------------
-    def _durations_on(self, device: torch.device) -> Tensor:
-        if device not in self._durations_cache:
-            self._durations_cache[device] = torch.tensor(self.model.durations, dtype=torch.long, device=device)
-        return self._durations_cache[device]
+    def _search(self, state: _BeamState, run: Run) -> None:
+        """The loop: runs pieces by name and reads only the loop conditions (`active`, `decoding`, ...)."""
+        raise NotImplementedError
 
+    def _max_columns(self, max_time: int) -> int:
+        """A bound on the columns the search appends to its tree for utterances of `max_time` frames."""
+        raise NotImplementedError
+
+    # --- pieces' parts -----------------------------------------------------------------------------------
     def _joint(self, state: _BeamState, frames: Tensor, prediction: Tensor) -> Tensor:
         """frames [B, K, ...] (clamped inside each utterance), prediction [B, K, 1..., H] -> logits."""
         frames = torch.minimum(frames, state.last_frames.view(-1, *([1] * (frames.dim() - 1))))
@@ -186,7 +245,11 @@ class _TransducerBeamSearch:
             lm_scores = lm_scores.view(*lm_scores.shape[:2], *([1] * (log_probs.dim() - 3)), lm_scores.shape[-1])
         return log_probs, self._fuse(log_probs, lm_scores)
 
-    def _advance_(self, state: _BeamState, parents: Tensor, labels: Tensor) -> None:
+    def _duration_log_probs(self, logits: Tensor) -> Tensor | None:
+        """logits [..., V + N] -> TDT duration log-probabilities [..., N] (None for RNN-T)."""
+        return torch.log_softmax(logits[..., self.num_labels:], dim=-1) if self.is_tdt else None
+
+    def _advance_(self, state: _BeamState, parents: Tensor, labels: Tensor, eager: bool) -> None:
         """After `tree.append_(parents, labels, ...)`: each new hypothesis takes its parent's prediction and LM
         state, advanced by its label where it has one (blank and carried hypotheses keep them)."""
         model = self.model
@@ -194,36 +257,40 @@ class _TransducerBeamSearch:
         is_label = ((labels >= 0) & (labels != model.blank_id)).view(-1)
         prediction = state.prediction.index_select(0, flat_parents)
         predictor_state: PredictorState = model.select_states(state.predictor_state, flat_parents)
-        # run the prediction network only on the rows that got a label (often a third of them, or none);
-        # this reads the row count on the host, which eager decoding does every step anyway
-        label_rows = is_label.nonzero().squeeze(1)
-        if label_rows.numel() > 0:
-            output, next_state = model.predict(labels.view(-1).index_select(0, label_rows),
-                                               model.select_states(predictor_state, label_rows))
-            positions = (torch.cumsum(is_label, dim=0) - 1).clamp(min=0)  # row -> its place among label rows
-            output = model.project_prediction(output).index_select(0, positions)
-            prediction = torch.where(is_label.unsqueeze(1), output, prediction)
-            model.replace_states_(predictor_state, model.select_states(next_state, positions), is_label)
-        state.prediction = prediction
-        state.predictor_state = predictor_state
+        if eager:
+            # run the prediction network only on the rows that got a label (often a third of them, or none);
+            # this reads the row count on the host, which eager decoding does every step anyway
+            label_rows = is_label.nonzero().squeeze(1)
+            if label_rows.numel() > 0:
+                output, next_state = model.predict(labels.view(-1).index_select(0, label_rows),
+                                                   model.select_states(predictor_state, label_rows))
+                positions = (torch.cumsum(is_label, dim=0) - 1).clamp(min=0)  # row -> its place among label rows
+                output = model.project_prediction(output).index_select(0, positions)
+                prediction = torch.where(is_label.unsqueeze(1), output, prediction)
+                model.replace_states_(predictor_state, model.select_states(next_state, positions), is_label)
+        else:  # every row, fixed shapes; rows without a label feed blank and keep what they had
+            inputs = torch.where(is_label, labels.view(-1), model.blank_id)
+            output, next_state = model.predict(inputs, predictor_state)
+            prediction = torch.where(is_label.unsqueeze(1), model.project_prediction(output), prediction)
+            model.replace_states_(predictor_state, next_state, is_label)
+        state.prediction.copy_(prediction)
+        for buffer, value in zip(state.predictor_state, predictor_state):
+            buffer.copy_(value)
         if self.lm is not None:
             lm_states = state.lm_states.index_select(0, flat_parents)
             next_states = state.lm_next_states.index_select(0, flat_parents)
             safe_labels = torch.where(is_label, labels.view(-1), 0).unsqueeze(1)
-            state.lm_states = torch.where(is_label, next_states.gather(1, safe_labels).squeeze(1), lm_states)
-            state.lm_scores, state.lm_next_states = self.lm.advance(state.lm_states)
+            state.lm_states.copy_(torch.where(is_label, next_states.gather(1, safe_labels).squeeze(1), lm_states))
+            lm_scores, lm_next_states = self.lm.advance(state.lm_states)
+            state.lm_scores.copy_(lm_scores)
+            state.lm_next_states.copy_(lm_next_states)
 
     def _append_(self, state: _BeamState, parents: Tensor, labels: Tensor, scores: Tensor, frames: Tensor,
-                 next_frames: Tensor, durations: Tensor | None = None) -> None:
+                 next_frames: Tensor, durations: Tensor | None, eager: bool) -> None:
         """Append a column and advance the states. As in NeMo, a TDT hypothesis that jumps past the end keeps
         that frame, so finished copies of one transcript that end on different frames are not merged."""
         state.tree.append_(parents, labels, scores, frames, next_frames, durations)
-        self._advance_(state, parents, labels)
-
-    def _active(self, state: _BeamState) -> Tensor:
-        """[B, K]: hypotheses that exist and have frames left."""
-        tree = state.tree
-        return (tree.next_frames < state.encoder_lengths) & (tree.scores > NEG_INF)
+        self._advance_(state, parents, labels, eager)
 
 
 def _top(values: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -234,9 +301,31 @@ def _top(values: Tensor, k: int) -> tuple[Tensor, Tensor]:
 class AlsdBeamSearch(_TransducerBeamSearch):
     """Alignment-length synchronous beam search over a tree of hypotheses (ALSD++), RNN-T and TDT."""
 
-    def _search(self, state: _BeamState) -> None:
-        while bool(self._active(state).any()):
-            self._step(state)
+    def _pieces(self, state: _BeamState, eager: bool) -> dict[str, Callable[[], None]]:
+        return {"start": lambda: self._start(state), "step": lambda: self._step(state, eager)}
+
+    def _search(self, state: _BeamState, run: Run) -> None:
+        run("start")
+        columns = 0
+        while bool(state.active.any()):
+            columns += 1
+            state.tree.ensure_capacity_(columns)
+            run("step")
+
+    def _max_columns(self, max_time: int) -> int:
+        # a hypothesis still active after s steps was extended at each of them; per frame it takes at most
+        # max_symbols labels that stay there and one symbol that moves on
+        return max_time * (self.config.max_symbols_per_frame + 1) + 1
+
+    def _start(self, state: _BeamState) -> None:
+        state.reset_()
+        self._update_active(state)
+
+    def _update_active(self, state: _BeamState) -> None:
+        """[B, K]: hypotheses that exist and have frames left."""
+        tree = state.tree
+        torch.logical_and(tree.next_frames < state.encoder_lengths.unsqueeze(1), tree.scores > NEG_INF,
+                          out=state.active)
 
     def _candidates(self, state: _BeamState, log_probs: Tensor, fused: Tensor,
                     duration_log_probs: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
@@ -266,14 +355,13 @@ class AlsdBeamSearch(_TransducerBeamSearch):
         """[B, K]: the score of a blank forced by max_symbols, that of any blank (with LM blank weighting)."""
         return fused[..., self.model.blank_id]
 
-    def _step(self, state: _BeamState) -> None:
+    def _step(self, state: _BeamState, eager: bool) -> None:
         tree, model, beam_size = state.tree, self.model, self.config.beam_size
         batch_size = state.batch_size
-        active = self._active(state)
-        frames = tree.next_frames
-        logits = self._joint(state, frames, state.beam_view(state.prediction))  # [B, K, V (+N)]
+        active = state.active
+        logits = self._joint(state, tree.next_frames, state.beam_view(state.prediction))  # [B, K, V (+N)]
         log_probs, fused = self._label_scores(state, logits)
-        duration_log_probs = torch.log_softmax(logits[..., self.num_labels:], dim=-1) if self.is_tdt else None
+        duration_log_probs = self._duration_log_probs(logits)
         steps, labels, duration_indices = self._candidates(state, log_probs, fused, duration_log_probs)
         candidates = steps.shape[-1]
         scores = tree.scores.unsqueeze(-1) + steps  # [B, K, E]
@@ -302,12 +390,13 @@ class AlsdBeamSearch(_TransducerBeamSearch):
         is_blank = new_labels == model.blank_id
         durations = None
         if self.is_tdt:
-            durations = self._durations_on(frames.device)[duration_indices.view(batch_size, -1).gather(1, flat)]
+            durations = state.durations[duration_indices.view(batch_size, -1).gather(1, flat)]
             moves = torch.where(is_blank, durations.clamp(min=1), durations)
         else:
             moves = is_blank.long()
-        self._append_(state, parents, new_labels, new_scores, frames, frames + moves, durations)
+        self._append_(state, parents, new_labels, new_scores, frames, frames + moves, durations, eager)
         tree.recombine_(match_frames=self.is_tdt)
+        self._update_active(state)
 
 
 class AesBeamSearch(_TransducerBeamSearch):
@@ -320,22 +409,68 @@ class AesBeamSearch(_TransducerBeamSearch):
     label with duration 0 stays on the frame and may expand again, anything else leaves it. Identical
     hypotheses (same tokens and next frame) are merged by log-sum-exp after every step instead of AES's
     duplicate removal, and there is no prefix search: hypotheses reach a frame along different paths.
+
+    Each utterance moves through its frames on its own (`frame` [B]). Pieces: `start`; `frame` (which
+    hypotheses are on the frame, the joint there, prefix search); `expand` (one round of label expansions,
+    appends a column); `blank` (hypotheses still on the frame after the last round take a blank, appends a
+    column); `next_frame`.
     """
 
-    def _search(self, state: _BeamState) -> None:
-        frames = torch.zeros_like(state.encoder_lengths.squeeze(1))  # [B] each utterance's current frame
-        while True:
-            logits = self._skip_blank_frames_(state, frames)
-            decoding = frames < state.encoder_lengths.squeeze(1)
-            if not bool(decoding.any()):
-                break
-            self._frame(state, frames, decoding, logits)
-            frames += decoding
+    joint_from_window = False  # WIND beam search has the joint's output on the frame before `frame` runs
 
-    def _skip_blank_frames_(self, state: _BeamState, frames: Tensor) -> Tensor | None:
-        """WIND beam search moves utterances over frames on which search would only add blank, and returns
-        the joint's output [B, K, V] on the frame each stopped on."""
-        return None
+    def _pieces(self, state: _BeamState, eager: bool) -> dict[str, Callable[[], None]]:
+        return {"start": lambda: self._start(state), "frame": lambda: self._frame(state),
+                "expand": lambda: self._expand(state, eager), "blank": lambda: self._forced_blank(state),
+                "next_frame": lambda: self._next_frame(state)}
+
+    def _search(self, state: _BeamState, run: Run) -> None:
+        steps = self.config.expansion_steps
+        run("start")
+        columns = 0
+        while True:
+            self._skip_blank_frames(state, run)
+            if not bool(state.decoding.any()):
+                break
+            run("frame")
+            for expansion in range(steps + 1):
+                if not bool(state.updating.any()):
+                    break
+                columns += 1
+                state.tree.ensure_capacity_(columns)
+                run("expand" if expansion < steps else "blank")
+            run("next_frame")
+
+    def _max_columns(self, max_time: int) -> int:
+        return max_time * (self.config.expansion_steps + 1) + 1  # per frame: the rounds and a blank
+
+    def _skip_blank_frames(self, state: _BeamState, run: Run) -> None:
+        """WIND beam search moves utterances over frames on which search would only add blank."""
+
+    def _start(self, state: _BeamState) -> None:
+        state.reset_()
+        state.frame.zero_()
+        torch.less(state.frame, state.encoder_lengths, out=state.decoding)
+
+    def _next_frame(self, state: _BeamState) -> None:
+        state.frame.add_(state.decoding)
+        torch.less(state.frame, state.encoder_lengths, out=state.decoding)
+
+    def _frame_hypotheses(self, state: _BeamState) -> Tensor:
+        """[B, K]: each utterance's current frame, for every hypothesis."""
+        return state.frame.unsqueeze(1).expand(state.batch_size, state.beam_size)
+
+    def _frame(self, state: _BeamState) -> None:
+        """The start of a frame for the utterances in `decoding`: the hypotheses on it (RNN-T: all of an
+        utterance's; TDT: not those that jumped further), the joint's output there, prefix search."""
+        tree = state.tree
+        frames = self._frame_hypotheses(state)
+        torch.logical_and(state.decoding.unsqueeze(1) & (tree.scores > NEG_INF), tree.next_frames == frames,
+                          out=state.updating)
+        if not self.joint_from_window:
+            state.logits.copy_(self._joint(state, frames, state.beam_view(state.prediction)))
+        if state.beam_size > 1 and not self.is_tdt:
+            _, fused = self._label_scores(state, state.logits)
+            tree.scores.copy_(torch.where(state.updating, self._through_prefixes(tree, fused), tree.scores))
 
     def _candidates(self, log_probs: Tensor, fused: Tensor, duration_log_probs: Tensor | None
                     ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
@@ -353,71 +488,64 @@ class AesBeamSearch(_TransducerBeamSearch):
         values = (fused.unsqueeze(-1) + duration_log_probs.unsqueeze(-2)).flatten(-2).gather(-1, indices)
         return ranked, values, torch.div(indices, num_durations, rounding_mode="floor"), indices % num_durations
 
-    def _frame(self, state: _BeamState, frame: Tensor, decoding: Tensor, logits: Tensor | None = None) -> None:
-        """One frame of search for the utterances in `decoding` [B], each on its own `frame` [B] (`logits`: the
-        joint's output there, if already known)."""
+    def _expand(self, state: _BeamState, eager: bool) -> None:
+        """One round of expansions of the hypotheses in `updating` (the others are carried over), then which
+        of them may expand again on this frame, and the joint's output for every hypothesis there."""
         tree, model, config = state.tree, self.model, self.config
         batch_size, beam_size = state.batch_size, config.beam_size
         blank, is_tdt = model.blank_id, self.is_tdt
-        frames = frame.unsqueeze(1).expand(batch_size, beam_size)
-        # the hypotheses on this frame (RNN-T: all of an utterance's; TDT: not those that jumped further)
-        updating = decoding.unsqueeze(1) & (tree.scores > NEG_INF) & (tree.next_frames == frames)  # [B, K]
-        if logits is None:
-            logits = self._joint(state, frames, state.beam_view(state.prediction))
-        log_probs, fused = self._label_scores(state, logits)
-        duration_log_probs = torch.log_softmax(logits[..., self.num_labels:], dim=-1) if is_tdt else None
+        frames = self._frame_hypotheses(state)
+        updating = state.updating
+        log_probs, fused = self._label_scores(state, state.logits)
+        duration_log_probs = self._duration_log_probs(state.logits)
+        ranked, steps, labels, duration_indices = self._candidates(log_probs, fused, duration_log_probs)
+        candidates = labels.shape[-1]
+        ranked = tree.scores.unsqueeze(-1) + ranked
+        pruned = ranked <= ranked.max(dim=-1, keepdim=True).values - config.expansion_gamma
+        scores = tree.scores.unsqueeze(-1) + steps
+        scores = torch.where(pruned | ~updating.unsqueeze(-1), NEG_INF, scores)
+        labels = torch.where(updating.unsqueeze(-1), labels, NO_LABEL)
         if beam_size > 1 and not is_tdt:
-            tree.scores = torch.where(updating, self._through_prefixes(tree, fused), tree.scores)
+            scores = self._remove_duplicates(tree, labels, scores)
+        # hypotheses done with (or waiting for) this frame are carried over in their last candidate slot
+        scores[..., -1] = torch.where(updating, scores[..., -1], tree.scores)
 
-        for _ in range(config.expansion_steps):
-            if not bool(updating.any()):
-                break
-            ranked, steps, labels, duration_indices = self._candidates(log_probs, fused, duration_log_probs)
-            candidates = labels.shape[-1]
-            ranked = tree.scores.unsqueeze(-1) + ranked
-            pruned = ranked <= ranked.max(dim=-1, keepdim=True).values - config.expansion_gamma
-            scores = tree.scores.unsqueeze(-1) + steps
-            scores = torch.where(pruned | ~updating.unsqueeze(-1), NEG_INF, scores)
-            labels = torch.where(updating.unsqueeze(-1), labels, NO_LABEL)
-            if beam_size > 1 and not is_tdt:
-                scores = self._remove_duplicates(tree, labels, scores)
-            # hypotheses done with (or waiting for) this frame are carried over in their last candidate slot
-            scores[..., -1] = torch.where(updating, scores[..., -1], tree.scores)
+        new_scores, flat = scores.view(batch_size, -1).topk(beam_size, dim=-1, largest=True, sorted=True)
+        parents = torch.div(flat, candidates, rounding_mode="floor")
+        new_labels = labels.view(batch_size, -1).gather(1, flat)
+        is_blank = new_labels == blank
+        is_label = (new_labels >= 0) & ~is_blank
+        if is_tdt:
+            durations = state.durations[duration_indices.view(batch_size, -1).gather(1, flat)]
+            moves = torch.where(is_blank, durations.clamp(min=1), durations)
+            self._append_(state, parents, new_labels, new_scores, frames, frames + moves, durations, eager)
+            tree.recombine_(match_frames=True)
+            updating.copy_(is_label & (durations == 0) & (tree.scores > NEG_INF))  # still on this frame
+        else:
+            self._append_(state, parents, new_labels, new_scores, frames, frames + is_blank, None, eager)
+            updating.copy_(is_label)  # extended by a label: may expand again on this frame
+        state.logits.copy_(self._joint(state, frames, state.beam_view(state.prediction)))
 
-            new_scores, flat = scores.view(batch_size, -1).topk(beam_size, dim=-1, largest=True, sorted=True)
-            parents = torch.div(flat, candidates, rounding_mode="floor")
-            new_labels = labels.view(batch_size, -1).gather(1, flat)
-            is_blank = new_labels == blank
-            is_label = (new_labels >= 0) & ~is_blank
-            if is_tdt:
-                durations = self._durations_on(frames.device)[duration_indices.view(batch_size, -1).gather(1, flat)]
-                moves = torch.where(is_blank, durations.clamp(min=1), durations)
-                self._append_(state, parents, new_labels, new_scores, frames, frames + moves, durations)
-                tree.recombine_(match_frames=True)
-                updating = is_label & (durations == 0) & (tree.scores > NEG_INF)  # still on this frame
-            else:
-                self._append_(state, parents, new_labels, new_scores, frames, frames + is_blank)
-                updating = is_label  # extended by a label: may expand again on this frame
-            logits = self._joint(state, frames, state.beam_view(state.prediction))
-            log_probs, fused = self._label_scores(state, logits)
-            if is_tdt:
-                duration_log_probs = torch.log_softmax(logits[..., self.num_labels:], dim=-1)
-
-        if bool(updating.any()):  # out of expansions: blank ends the frame (TDT: with its best duration)
-            parents = torch.arange(beam_size, device=frames.device).expand(batch_size, beam_size)
-            labels = torch.where(updating, blank, NO_LABEL)
-            scores = tree.scores + fused[..., blank]
-            durations = None
-            moves = torch.ones_like(frames)
-            if is_tdt:
-                best_durations, best_indices = duration_log_probs.max(dim=-1)
-                scores = scores + best_durations
-                durations = self._durations_on(frames.device)[best_indices]
-                moves = durations.clamp(min=1)
-            scores = torch.where(updating, scores, tree.scores)
-            self._append_(state, parents, labels, scores, frames, frames + moves, durations)
-            if is_tdt:
-                tree.recombine_(match_frames=True)
+    def _forced_blank(self, state: _BeamState) -> None:
+        """Out of expansions: blank ends the frame of the hypotheses in `updating` (TDT: with its best
+        duration). A blank leaves the prediction network and LM states as they are."""
+        tree = state.tree
+        frames = self._frame_hypotheses(state)
+        _, fused = self._label_scores(state, state.logits)
+        blank = self.model.blank_id
+        labels = torch.where(state.updating, blank, NO_LABEL)
+        scores = tree.scores + fused[..., blank]
+        durations = None
+        moves = torch.ones_like(frames)
+        if self.is_tdt:
+            best_durations, best_indices = self._duration_log_probs(state.logits).max(dim=-1)
+            scores = scores + best_durations
+            durations = state.durations[best_indices]
+            moves = durations.clamp(min=1)
+        scores = torch.where(state.updating, scores, tree.scores)
+        tree.append_(state.beam_range.expand_as(labels), labels, scores, frames, frames + moves, durations)
+        if self.is_tdt:
+            tree.recombine_(match_frames=True)
 
     @staticmethod
     def _through_prefixes(tree: BeamTree, fused: Tensor) -> Tensor:
@@ -453,54 +581,140 @@ class AesBeamSearch(_TransducerBeamSearch):
 class WindBeamSearch(AesBeamSearch):
     """AES++ that moves each utterance over blank frames with a WIND window (RNN-T); same results as AES++.
 
+    Our design, not the WIND paper's beam search. Xu et al., 2025 ("WIND: Accelerated RNN-T Decoding with
+    Windowed Inference for Non-blank Detection", arXiv 2505.13765) propose a beam search as their Algorithm 3,
+    but we could not read its text: the stored copies of the paper we could reach hold only its abstract and
+    the start of its introduction, the reviews of it we found describe only the greedy Algorithm 2, and no
+    public implementation was found (NeMo's WIND pull request, NVIDIA-NeMo/Speech #14451, is greedy only).
+    So this class builds on the paper's observation (over blank frames the prediction output does not change,
+    so one joint call can look at many frames) and the name says "beam search with WIND", not "Algorithm 3".
+    (A first design in which each hypothesis jumped over blank frames on its own was dropped: hypotheses
+    lagging behind in time pushed finished ones out of the beam.)
+
     On a frame where, for every hypothesis of an utterance, blank is the only candidate that survives AES's
     pruning by value, the frame's whole outcome is prefix search plus a blank for every hypothesis, and the
     prediction network is not needed. The joint on the current frame (which AES++ computes anyway) tells
-    whether the frame is such a one; if it is, one joint call over the next W frames (the prediction output
-    does not change over blanks, as in WIND greedy) finds the rest of the run, which is applied with small
-    [B, K] updates. The frame where the run ends gets a full AES++ frame, reusing the joint's output there.
-    A model that is confident about blanks skips most frames; one that is not costs what AES++ costs.
+    whether the frame is such a one; if it is, one joint call over the next W frames finds the rest of the
+    run, which is applied with small [B, K] updates. The frame where the run ends gets a full AES++ frame,
+    reusing the joint's output there. A model that is confident about blanks skips most frames; one that is
+    not costs what AES++ costs.
+
+    Pieces beyond AES++'s: `skip_first` (the current frame alone) and `skip_window` (the next W frames, run
+    while any utterance is still moving).
     """
 
     supports_tdt = False
+    joint_from_window = True
 
-    def _skip_blank_frames_(self, state: _BeamState, frames: Tensor) -> Tensor | None:
+    def _pieces(self, state: _BeamState, eager: bool) -> dict[str, Callable[[], None]]:
+        pieces = super()._pieces(state, eager)
+        pieces["skip_first"] = lambda: self._skip(state, width=1, first=True, eager=eager)
+        pieces["skip_window"] = lambda: self._skip(state, width=self.config.window_size, first=False, eager=eager)
+        return pieces
+
+    def _skip_blank_frames(self, state: _BeamState, run: Run) -> None:
+        run("skip_first")
+        while bool(state.skipping.any()):
+            run("skip_window")
+
+    def _skip(self, state: _BeamState, width: int, first: bool, eager: bool) -> None:
+        """Move the utterances in `skipping` (on the first call: all with frames left) over the `width` frames
+        from their current one, for as long as every hypothesis would only add blank there; an utterance that
+        stops keeps the joint's output on its frame in `logits`, for the AES++ frame that follows."""
         tree, config = state.tree, self.config
         blank, beam_size = self.model.blank_id, config.beam_size
-        lengths = state.encoder_lengths.squeeze(1)
-        skipping = frames < lengths  # [B]
+        lengths, skipping = state.encoder_lengths, state.skipping
+        if first:
+            torch.less(state.frame, lengths, out=skipping)
         candidates = min(beam_size + config.expansion_beta, self.num_labels)
+        window_frames = state.frame.unsqueeze(1) + torch.arange(width, device=lengths.device)  # [B, W]
+        inside = window_frames < lengths.unsqueeze(1)
         prediction = state.beam_view(state.prediction).unsqueeze(2)  # [B, K, 1, H]
-        stopped_logits = None  # [B, K, V] on the frame where each utterance stops skipping
-        width = 1  # first the current frame alone, then windows of W frames
-        while bool(skipping.any()):
-            window_frames = frames.unsqueeze(1) + torch.arange(width, device=frames.device)  # [B, W]
-            inside = window_frames < lengths.unsqueeze(1)
-            logits = self._joint(state, window_frames.unsqueeze(1).expand(-1, beam_size, -1), prediction)
-            log_probs, fused = self._label_scores(state, logits)  # [B, K, W, V]
-            ranking = log_probs if config.pruning == "early" else fused
-            if stopped_logits is None:
-                stopped_logits = logits[:, :, 0]
-            live = tree.scores > NEG_INF
-            for offset in range(width):
-                skipping &= inside[:, offset]
-                scores = tree.scores
-                if beam_size > 1:
-                    scores = self._through_prefixes(tree, fused[:, :, offset])
-                # blank alone survives pruning: it ranks first and the runner-up is pruned (as AES computes it)
-                ranked, labels = _top(scores.unsqueeze(-1) + ranking[:, :, offset], min(2, candidates))
-                only_blank = labels[..., 0] == blank
-                if candidates > 1:
-                    only_blank &= ranked[..., 1] <= ranked[..., 0] - config.expansion_gamma
-                blank_frame = (only_blank | ~live).all(dim=1)
-                stops = skipping & ~blank_frame
-                stopped_logits = torch.where(stops.view(-1, 1, 1), logits[:, :, offset], stopped_logits)
-                skipping &= blank_frame
-                moving = skipping.unsqueeze(1) & live
-                tree.scores = torch.where(moving, scores + fused[:, :, offset, blank], tree.scores)
-                tree.next_frames = tree.next_frames + moving  # no column is written for a skipped frame
-                frames += skipping
-                if not bool(skipping.any()):
-                    break
-            width = config.window_size
-        return stopped_logits
+        logits = self._joint(state, window_frames.unsqueeze(1).expand(-1, beam_size, -1), prediction)
+        log_probs, fused = self._label_scores(state, logits)  # [B, K, W, V]
+        ranking = log_probs if config.pruning == "early" else fused
+        if first:
+            state.logits.copy_(logits[:, :, 0])
+        live = tree.scores > NEG_INF
+        for offset in range(width):
+            skipping.logical_and_(inside[:, offset])
+            scores = tree.scores
+            if beam_size > 1:
+                scores = self._through_prefixes(tree, fused[:, :, offset])
+            # blank alone survives pruning: it ranks first and the runner-up is pruned (as AES computes it)
+            ranked, labels = _top(scores.unsqueeze(-1) + ranking[:, :, offset], min(2, candidates))
+            only_blank = labels[..., 0] == blank
+            if candidates > 1:
+                only_blank &= ranked[..., 1] <= ranked[..., 0] - config.expansion_gamma
+            blank_frame = (only_blank | ~live).all(dim=1)
+            stops = skipping & ~blank_frame
+            state.logits.copy_(torch.where(stops.view(-1, 1, 1), logits[:, :, offset], state.logits))
+            skipping.logical_and_(blank_frame)
+            moving = skipping.unsqueeze(1) & live
+            tree.scores.copy_(torch.where(moving, scores + fused[:, :, offset, blank], tree.scores))
+            tree.next_frames.add_(moving)  # no column is written for a skipped frame
+            state.frame.add_(skipping)
+            if eager and not bool(skipping.any()):  # under graphs the rest of the window changes nothing
+                break
+        torch.less(state.frame, lengths, out=state.decoding)
+
+
+class _CudaGraphsRunner:
+    """Replays CUDA graphs of a search's pieces; the search's host loop (`_search`) decides which and when.
+
+    The pieces are captured once over a `_BeamState` sized for the largest batch and longest input seen
+    (frames rounded up to 64, so nearby lengths reuse the graphs), with the tree preallocated at the search's
+    bound on columns (`_max_columns`), since nothing may grow or move inside a graph. A smaller batch runs in
+    the first rows; the other rows get length 0 and stay empty. With `capture=False` the pieces are called
+    directly: this exact path then runs on a CPU, which is how the tests check it without a GPU.
+    """
+
+    def __init__(self, decoder: _TransducerBeamSearch, capture: bool = True) -> None:
+        self.decoder = decoder
+        self.capture = capture
+        self.state: _BeamState | None = None
+        self.lm: LanguageModel | None = None
+        self.replays: dict[str, Callable[[], None]] = {}
+        self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
+
+    def _compile(self, pieces: dict[str, Callable[[], None]]) -> dict[str, Callable[[], None]]:
+        """name -> what runs the piece: the replay of its captured graph (or, without capture, the piece)."""
+        if not self.capture:
+            return dict(pieces)
+        device = self.state.encoder_projected.device
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for piece in pieces.values():  # warm up kernels and the allocator outside capture
+                piece()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        self.graphs = {}
+        for name, piece in pieces.items():
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                piece()
+            self.graphs[name] = graph
+        return {name: graph.replay for name, graph in self.graphs.items()}
+
+    @torch.no_grad()
+    def __call__(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
+        decoder = self.decoder
+        batch_size, max_time, _ = encoder_output.shape
+        encoder_projected = decoder.model.project_encoder(encoder_output)
+        state = self.state
+        if (state is None or state.batch_size < batch_size or state.max_time < max_time
+                or state.encoder_projected.device != encoder_projected.device
+                or state.encoder_projected.dtype != encoder_projected.dtype
+                or self.lm is not decoder.lm):  # the graphs read the tensors of the LM they were captured with
+            padded_time = max(64, -(-max_time // 64) * 64)
+            buffer = encoder_projected.new_zeros(batch_size, padded_time, encoder_projected.shape[-1])
+            self.state = state = _BeamState(decoder, buffer, capacity=decoder._max_columns(padded_time),
+                                            growable=False)
+            self.lm = decoder.lm
+            self.replays = self._compile(decoder._pieces(state, eager=False))
+        state.encoder_projected[:batch_size, :max_time].copy_(encoder_projected)
+        state.encoder_lengths.zero_()  # rows past the batch stay empty
+        state.encoder_lengths[:batch_size].copy_(encoder_lengths)
+        decoder._search(state, lambda name: self.replays[name]())
+        return state.tree.best(decoder.config.length_normalization, with_nbest=decoder.config.return_nbest,
+                               batch_size=batch_size)

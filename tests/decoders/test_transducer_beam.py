@@ -1,8 +1,10 @@
-"""Batched beam search (ALSD++, AES++) against the per-utterance references on random tiny models.
+"""Batched beam search (ALSD++, AES++, WIND beam) against the per-utterance references on random tiny models.
 
 Models run in float64, so that batched and per-utterance arithmetic cannot order near-ties differently:
 the best tokens (with their frames and durations) must then be the same, and the whole n-best list the same
-tokens with scores within 1e-5.
+tokens with scores within 1e-5. Every comparison runs twice: eagerly, and through the CUDA-graph path on the
+CPU (`CheckedGraphPath`: the pieces a GPU would capture, uncaptured, each checked to read nothing on the host
+and to write every state tensor in place); tests/decoders/test_transducer_beam_graphs.py has the rest.
 """
 
 from __future__ import annotations
@@ -15,10 +17,17 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from decoders.hypotheses import BatchedHypotheses
 from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias
-from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig, WindBeamSearch
+from decoders.transducer_beam import (
+    AesBeamSearch,
+    AlsdBeamSearch,
+    BeamSearchConfig,
+    WindBeamSearch,
+    _CudaGraphsRunner,
+)
 from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
 from tests.reference.fake_lm import BigramLm
 from tests.reference.transducer_beam import alsd_decode, maes_decode
@@ -51,6 +60,66 @@ def random_inputs(batch_size: int, max_frames: int, seed: int, lengths: list[int
     if lengths is None:
         lengths = torch.randint(0, max_frames + 1, (batch_size,), generator=generator).tolist()
     return encoder_output, torch.tensor(lengths, dtype=torch.long)
+
+
+aten = torch.ops.aten
+HOST_READS = {aten._local_scalar_dense.default, aten.is_nonzero.default, aten.equal.default, aten.nonzero.default,
+              aten.masked_select.default, aten._unique2.default, aten.unique_consecutive.default,
+              aten.unique_dim.default, aten.repeat_interleave.Tensor}
+
+
+class NoHostReads(TorchDispatchMode):
+    """Fails on an op that reads a tensor's value on the host (`.item()`, `bool()`, Python branching on a
+    tensor) or whose output shape depends on values (`nonzero`, boolean-mask indexing): what a CUDA graph
+    cannot hold."""
+
+    def __init__(self, piece: str) -> None:
+        super().__init__()
+        self.piece = piece
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        boolean_index = func in (aten.index.Tensor, aten.index_put_.default, aten.index_put.default) and any(
+            index is not None and index.dtype == torch.bool for index in args[1])
+        if func in HOST_READS or boolean_index:
+            raise AssertionError(f"piece {self.piece!r} reads the host: {func}")
+        return func(*args, **(kwargs or {}))
+
+
+def state_addresses(state) -> dict[str, int]:
+    """Where every tensor of a search state (and of its tree) lives."""
+    addresses = {}
+    for owner, values in (("state", vars(state)), ("tree", vars(state.tree))):
+        for name, value in values.items():
+            for index, tensor in enumerate(value if isinstance(value, tuple) else (value,)):
+                if isinstance(tensor, torch.Tensor):
+                    addresses[f"{owner}.{name}[{index}]"] = tensor.data_ptr()
+    return addresses
+
+
+class CheckedGraphPath(_CudaGraphsRunner):
+    """A decoder's CUDA-graph path on the CPU: the pieces a GPU would capture, called directly over the same
+    preallocated state, each checked to read nothing on the host and to write every state tensor in place (a
+    graph replays over the addresses it captured, so a rebound attribute would silently go stale)."""
+
+    def __init__(self, decoder) -> None:
+        super().__init__(decoder, capture=False)
+
+    def _compile(self, pieces):
+        return {name: self._checked(name, piece) for name, piece in pieces.items()}
+
+    def _checked(self, name, piece):
+        def run():
+            before = state_addresses(self.state)
+            with NoHostReads(name):
+                piece()
+            assert state_addresses(self.state) == before, f"piece {name!r} moved a state tensor"
+
+        return run
+
+
+def decode_both(decoder, encoder_output, lengths) -> list[BatchedHypotheses]:
+    """The decoder's eager result and that of its CUDA-graph path (on the CPU, uncaptured and checked)."""
+    return [decoder(encoder_output, lengths), CheckedGraphPath(decoder)(encoder_output, lengths)]
 
 
 def assert_agree(batched: BatchedHypotheses, reference, beam_size: int) -> None:
@@ -93,8 +162,9 @@ def test_alsd_matches_reference(case):
     config = BeamSearchConfig(beam_size=beam_size, max_symbols_per_frame=max_symbols,
                               length_normalization=normalize, return_nbest=True)
     model = tiny_model(kind)
-    batched = AlsdBeamSearch(model, config)(encoder_output, lengths)
-    assert_agree(batched, alsd_decode(model, encoder_output, lengths, config), beam_size)
+    expected = alsd_decode(model, encoder_output, lengths, config)
+    for batched in decode_both(AlsdBeamSearch(model, config), encoder_output, lengths):
+        assert_agree(batched, expected, beam_size)
 
 
 @SETTINGS
@@ -106,8 +176,9 @@ def test_alsd_with_lm_fusion_matches_reference(case, mode, lm_weight):
                               pruning=pruning, blank_lm_scoring=scoring, length_normalization=normalize,
                               return_nbest=True)
     model, lm = tiny_model(kind), bigram_lm()
-    batched = AlsdBeamSearch(model, config, lm)(encoder_output, lengths)
-    assert_agree(batched, alsd_decode(model, encoder_output, lengths, config, lm), beam_size)
+    expected = alsd_decode(model, encoder_output, lengths, config, lm)
+    for batched in decode_both(AlsdBeamSearch(model, config, lm), encoder_output, lengths):
+        assert_agree(batched, expected, beam_size)
 
 
 @SETTINGS
@@ -117,8 +188,9 @@ def test_aes_matches_reference(case, steps, beta, gamma):
     config = BeamSearchConfig(beam_size=beam_size, expansion_steps=steps, expansion_beta=beta,
                               expansion_gamma=gamma, length_normalization=normalize, return_nbest=True)
     model = tiny_model(kind)
-    batched = AesBeamSearch(model, config)(encoder_output, lengths)
-    assert_agree(batched, maes_decode(model, encoder_output, lengths, config), beam_size)
+    expected = maes_decode(model, encoder_output, lengths, config)
+    for batched in decode_both(AesBeamSearch(model, config), encoder_output, lengths):
+        assert_agree(batched, expected, beam_size)
 
 
 @SETTINGS
@@ -129,8 +201,9 @@ def test_aes_with_lm_fusion_matches_reference(case, mode, lm_weight):
     config = BeamSearchConfig(beam_size=beam_size, lm_weight=lm_weight, pruning=pruning,
                               blank_lm_scoring=scoring, length_normalization=normalize, return_nbest=True)
     model, lm = tiny_model(kind), bigram_lm(1)
-    batched = AesBeamSearch(model, config, lm)(encoder_output, lengths)
-    assert_agree(batched, maes_decode(model, encoder_output, lengths, config, lm), beam_size)
+    expected = maes_decode(model, encoder_output, lengths, config, lm)
+    for batched in decode_both(AesBeamSearch(model, config, lm), encoder_output, lengths):
+        assert_agree(batched, expected, beam_size)
 
 
 def assert_same_hypotheses(got: BatchedHypotheses, expected: BatchedHypotheses) -> None:
@@ -152,8 +225,9 @@ def test_wind_beam_equals_aes(case, regime, mode, window):
     config = BeamSearchConfig(beam_size=beam_size, lm_weight=0.5, pruning=pruning, blank_lm_scoring=scoring,
                               length_normalization=normalize, window_size=window, return_nbest=True)
     model, lm = tiny_model("rnnt", regime), (bigram_lm(2) if mode else None)
-    assert_same_hypotheses(WindBeamSearch(model, config, lm)(encoder_output, lengths),
-                           AesBeamSearch(model, config, lm)(encoder_output, lengths))
+    expected = AesBeamSearch(model, config, lm)(encoder_output, lengths)
+    for got in decode_both(WindBeamSearch(model, config, lm), encoder_output, lengths):
+        assert_same_hypotheses(got, expected)
 
 
 class CountingModel:
@@ -192,34 +266,38 @@ def test_alsd_beam_one_is_greedy(kind, regime):
     encoder_output, lengths = random_inputs(7, 30, seed=5, lengths=[30, 0, 1, 29, 12, 30, 7])
     for max_symbols in (1, 3, 10):
         greedy = LabelLoopingGreedy(model, GreedyConfig(max_symbols=max_symbols))(encoder_output, lengths)
-        beam = AlsdBeamSearch(model, BeamSearchConfig(beam_size=1, max_symbols_per_frame=max_symbols))(
-            encoder_output, lengths)
-        for got, expected in zip(beam.to_list(), greedy.to_list()):
-            assert (got.tokens, got.frame_indices, got.durations) == (
-                expected.tokens, expected.frame_indices, expected.durations)
+        decoder = AlsdBeamSearch(model, BeamSearchConfig(beam_size=1, max_symbols_per_frame=max_symbols))
+        for beam in decode_both(decoder, encoder_output, lengths):
+            for got, expected in zip(beam.to_list(), greedy.to_list()):
+                assert (got.tokens, got.frame_indices, got.durations) == (
+                    expected.tokens, expected.frame_indices, expected.durations)
 
 
-@pytest.mark.parametrize("regime", ["realistic", "chatty"])
-def test_aes_beam_one_is_greedy_with_max_symbols_equal_to_expansion_steps(regime):
+@pytest.mark.parametrize("regime", ["realistic", "chatty", "quiet"])
+@pytest.mark.parametrize("decoder_class", [AesBeamSearch, WindBeamSearch])
+def test_aes_beam_one_is_greedy_with_max_symbols_equal_to_expansion_steps(decoder_class, regime):
     model = tiny_model("rnnt", regime)
     encoder_output, lengths = random_inputs(5, 30, seed=6, lengths=[30, 0, 1, 17, 30])
     for steps in (1, 2, 4):
         greedy = LabelLoopingGreedy(model, GreedyConfig(max_symbols=steps))(encoder_output, lengths)
-        beam = AesBeamSearch(model, BeamSearchConfig(beam_size=1, expansion_steps=steps))(encoder_output, lengths)
-        for got, expected in zip(beam.to_list(), greedy.to_list()):
-            assert (got.tokens, got.frame_indices) == (expected.tokens, expected.frame_indices)
+        config = BeamSearchConfig(beam_size=1, expansion_steps=steps, window_size=4)
+        for beam in decode_both(decoder_class(model, config), encoder_output, lengths):
+            for got, expected in zip(beam.to_list(), greedy.to_list()):
+                assert (got.tokens, got.frame_indices) == (expected.tokens, expected.frame_indices)
 
 
-@pytest.mark.parametrize("decoder_class", [AlsdBeamSearch, AesBeamSearch])
+@pytest.mark.parametrize("decoder_class", [AlsdBeamSearch, AesBeamSearch, WindBeamSearch])
 def test_one_batch_of_n_equals_n_batches_of_one(decoder_class):
     model = tiny_model("rnnt")
     encoder_output, lengths = random_inputs(6, 25, seed=7, lengths=[25, 3, 0, 18, 25, 9])
     decoder = decoder_class(model, BeamSearchConfig(beam_size=4, lm_weight=0.3), bigram_lm())
-    together = decoder(encoder_output, lengths).to_list()
-    for b in range(6):
-        alone = decoder(encoder_output[b : b + 1, : int(lengths[b])], lengths[b : b + 1]).to_list()[0]
-        assert alone.tokens == together[b].tokens
-        assert alone.score == pytest.approx(together[b].score, abs=1e-9)
+    graph_path = CheckedGraphPath(decoder)  # one state for all calls: the batch of 6, then each alone
+    for decode in (decoder, graph_path):
+        together = decode(encoder_output, lengths).to_list()
+        for b in range(6):
+            alone = decode(encoder_output[b : b + 1, : int(lengths[b])], lengths[b : b + 1]).to_list()[0]
+            assert alone.tokens == together[b].tokens
+            assert alone.score == pytest.approx(together[b].score, abs=1e-9)
 
 
 def test_lm_flips_a_word_only_when_weighted():
@@ -282,15 +360,24 @@ def test_empty_batch():
     assert hypotheses.to_list() == []
 
 
+def on_device(lm: BigramLm, device: str) -> BigramLm:
+    """The bigram LM with its tables on `device` (its `advance` would copy them there on every call, which a
+    CUDA graph cannot capture)."""
+    moved = copy.copy(lm)
+    moved.table, moved.next_states = lm.table.to(device), lm.next_states.to(device)
+    return moved
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", sorted(DURATION_SETS))
-def test_gpu_equals_cpu(kind):
+@pytest.mark.parametrize("use_cuda_graphs", [False, True])
+def test_gpu_equals_cpu(kind, use_cuda_graphs):
     model = tiny_model(kind)
     encoder_output, lengths = random_inputs(5, 30, seed=13, lengths=[30, 0, 1, 22, 30])
-    config = BeamSearchConfig(beam_size=4, lm_weight=0.5, return_nbest=True)
+    config = BeamSearchConfig(beam_size=4, lm_weight=0.5, return_nbest=True, use_cuda_graphs=use_cuda_graphs)
     gpu_model = copy.deepcopy(model).cuda()
     decoders = [AlsdBeamSearch, AesBeamSearch] + ([WindBeamSearch] if kind == "rnnt" else [])
     for decoder_class in decoders:
         on_cpu = decoder_class(model, config, bigram_lm())(encoder_output, lengths)
-        on_gpu = decoder_class(gpu_model, config, bigram_lm())(encoder_output.cuda(), lengths.cuda())
+        on_gpu = decoder_class(gpu_model, config, on_device(bigram_lm(), "cuda"))(encoder_output.cuda(), lengths.cuda())
         assert_same_hypotheses(on_gpu, on_cpu)
