@@ -10,6 +10,7 @@ batched ones.
     python benchmarks/beam.py            # full table
     python benchmarks/beam.py --quick    # under a minute on a 2-core CPU
     python benchmarks/beam.py --nemo     # ours vs NeMo's malsd_batch / maes_batch (needs nemo_toolkit)
+    python benchmarks/beam.py --device cuda [--no-cuda-graphs]   # beam and greedy with (or without) CUDA graphs
 
 With `--nemo` the model is a random NeMo FastConformer (tests/pipeline/random_nemo.py) with its blank bias
 bisected to about one label per 3 frames, and our ALSD++ / AES++ (through `pipeline.models.NemoTransducer`)
@@ -69,6 +70,8 @@ def parse_args() -> argparse.Namespace:
                         help="set the blank bias instead of calibrating to one label per 3 frames "
                              "(higher: more confident blanks, as a trained model)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-cuda-graphs", action="store_true",
+                        help="on a GPU, run beam search and greedy eagerly (default: both replay CUDA graphs)")
     parser.add_argument("--nemo", action="store_true", help="compare with NeMo's malsd_batch / maes_batch")
     args = parser.parse_args()
     if args.quick:
@@ -190,7 +193,8 @@ def main() -> None:
         blank_bias = args.blank_bias
     rate = emission_rate(model, frames=256, seed=1)
     model = model.to(args.device)
-    greedy = LabelLoopingGreedy(model, GreedyConfig(use_cuda_graphs=False))
+    graphs = not args.no_cuda_graphs and args.device == "cuda"
+    greedy = LabelLoopingGreedy(model, GreedyConfig(use_cuda_graphs=graphs))
 
     generator = torch.Generator().manual_seed(0)
     rows = []
@@ -205,7 +209,7 @@ def main() -> None:
             if args.kind != "rnnt" and not search_class.supports_tdt:
                 continue
             for beam_size in args.beams:
-                config = BeamSearchConfig(beam_size=beam_size, window_size=args.window)
+                config = BeamSearchConfig(beam_size=beam_size, window_size=args.window, use_cuda_graphs=graphs)
                 decoder = search_class(model, config)
                 batched_ms, hypotheses = timed(lambda d=decoder, x=encoder_output, n=lengths: d(x, n),
                                                args.repeats, args.device)
@@ -223,8 +227,8 @@ def main() -> None:
 
     print(f"transducer beam search ({args.kind}), decoder only: {args.frames} frames, WIND window {args.window}, "
           f"V={args.vocab_size}, "
-          f"hidden={args.hidden}, {rate:.3f} labels/frame (blank bias {blank_bias:.2f}), device {args.device}, "
-          f"{torch.get_num_threads()} threads; median of {args.repeats}")
+          f"hidden={args.hidden}, {rate:.3f} labels/frame (blank bias {blank_bias:.2f}), device {args.device}"
+          f"{' with CUDA graphs' if graphs else ''}, {torch.get_num_threads()} threads; median of {args.repeats}")
     print("time = batched beam search; x greedy = its time / label-looping greedy's; "
           "x ref = per-utterance reference time / batched time")
     header = f"{'B':>3} | {'search':>6} | {'beam':>4} | {'time ms':>9} | {'greedy ms':>9} | {'x greedy':>8} | " \
@@ -237,7 +241,8 @@ def main() -> None:
               f"{row['speedup_vs_reference']:>6.1f}x")
     command = ("python benchmarks/beam.py " + " ".join(sys.argv[1:])).strip()
     print(f"reproduce: {command}")
-    print(json.dumps({"benchmark": "beam", "command": command, "device": args.device, "kind": args.kind,
+    print(json.dumps({"benchmark": "beam", "command": command, "device": args.device, "cuda_graphs": graphs,
+                      "kind": args.kind,
                       "machine": platform.machine(), "threads": torch.get_num_threads(), "frames": args.frames,
                       "vocab_size": args.vocab_size, "hidden": args.hidden, "labels_per_frame": round(rate, 4),
                       "reference_utterances": args.reference_utterances, "window": args.window,
