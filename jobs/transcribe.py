@@ -26,6 +26,15 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from pipeline.config import STRATEGIES, TranscribeJobConfig, config_from_dict, merge  # noqa: E402
 
 
+def _collapse_threshold(value: str) -> float | str:
+    if value == "weak":
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'weak', got {value!r}") from None
+
+
 def parser() -> argparse.ArgumentParser:
     defaults = TranscribeJobConfig()
     decoding, resources = defaults.decoding, defaults.resources
@@ -65,9 +74,9 @@ def parser() -> argparse.ArgumentParser:
                      help=f"transducer beam + LM: top-k before or after fusion (default: {decoding.pruning})")
     dec.add_argument("--blank-lm-scoring", choices=("none", "weighted"),
                      help=f"transducer beam + LM: blank scoring (default: {decoding.blank_lm_scoring})")
-    dec.add_argument("--ctc-collapse-threshold", type=float,
-                     help="ctc_beam: drop frames whose p(blank) exceeds this before the search; 0 turns collapse "
-                          f"off (default: {decoding.ctc_collapse_threshold})")
+    dec.add_argument("--ctc-collapse-threshold", type=_collapse_threshold,
+                     help="ctc_beam: blank collapse before the search of frames whose p(blank) exceeds this; 'weak': "
+                          f"frames whose argmax is blank; 0: off (default: {decoding.ctc_collapse_threshold})")
     dec.add_argument("--ctc-insertion-bonus", type=float, help="ctc_beam: score added per label (default: 0)")
     res = p.add_argument_group("resources")
     res.add_argument("--device", choices=("auto", "cpu", "cuda"),
@@ -128,7 +137,8 @@ def config_from_args(args: argparse.Namespace) -> TranscribeJobConfig:
     }
     merged = merge(base, overrides)
     if collapse is not None:
-        merged.setdefault("decoding", {})["ctc_collapse_threshold"] = collapse if collapse > 0 else None
+        merged.setdefault("decoding", {})["ctc_collapse_threshold"] = collapse if collapse == "weak" or collapse > 0 \
+            else None
     if args.lm_uri and args.lm_weight is None and not (base.get("decoding") or {}).get("lm_weight"):
         raise SystemExit("--lm needs --lm-weight (the LM's fusion weight, e.g. 0.3)")
     try:

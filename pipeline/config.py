@@ -56,7 +56,8 @@ class DecodingConfig:
     lm_weight: float = 0.0  # shallow-fusion weight (NeMo's ngram_lm_alpha)
     pruning: Literal["early", "late"] = "late"  # transducer beam + LM
     blank_lm_scoring: Literal["none", "weighted"] = "weighted"  # transducer beam + LM
-    ctc_collapse_threshold: float | None = 0.9  # ctc_beam: p(blank) above which frames collapse; None: off
+    # ctc_beam: blank collapse of frames whose p(blank) exceeds this; "weak": frames whose argmax is blank; None: off
+    ctc_collapse_threshold: float | Literal["weak"] | None = 0.9
     ctc_insertion_bonus: float = 0.0  # ctc_beam: added per label
     ctc_beam_threshold: float = 20.0  # ctc_beam: drop candidates this far below the best
 
@@ -78,8 +79,9 @@ class DecodingConfig:
         if self.blank_lm_scoring not in ("none", "weighted"):
             raise ValueError(f"decoding.blank_lm_scoring must be 'none' or 'weighted', got {self.blank_lm_scoring!r}")
         threshold = self.ctc_collapse_threshold
-        if threshold is not None and not 0.0 < threshold < 1.0:
-            raise ValueError(f"decoding.ctc_collapse_threshold must lie in (0, 1) or be None, got {threshold}")
+        if threshold is not None and threshold != "weak" and not (
+                isinstance(threshold, (int, float)) and 0.0 < threshold < 1.0):
+            raise ValueError(f"decoding.ctc_collapse_threshold must lie in (0, 1), or be 'weak' or None: {threshold!r}")
         if not self.ctc_beam_threshold > 0:
             raise ValueError(f"decoding.ctc_beam_threshold must be > 0, got {self.ctc_beam_threshold}")
 
@@ -97,7 +99,7 @@ class DecodingConfig:
         if self.max_symbols is not None and self.head == "transducer":
             parts.append(f"max_symbols={self.max_symbols}")
         if self.strategy == "ctc_beam" and self.ctc_collapse_threshold is not None:
-            parts.append(f"collapse={self.ctc_collapse_threshold:g}")
+            parts.append(f"collapse={self.ctc_collapse_threshold}")
         if self.lm_uri and self.lm_weight > 0:
             parts.append(f"lm={self.lm_uri}")
             parts.append(f"lm_weight={self.lm_weight:g}")

@@ -207,7 +207,7 @@ def build_decoder(model: AsrModel, decoding: DecodingConfig, lm: NgramLm | None 
 
 @torch.no_grad()
 def compact_ctc_log_probs(model: AsrModel, encoder_output: Tensor, encoder_lengths: Tensor,
-                          collapse_threshold: float | None) -> list[CompactCtc]:
+                          collapse_threshold: float | str | None) -> list[CompactCtc]:
     """The CTC head's log-probs, blank-collapsed, per utterance: ([T', V] float16, [T'] original frames).
 
     What the GPU stage hands to the CPU stage for `ctc_beam`: collapse drops most frames of a trained model,
@@ -215,8 +215,9 @@ def compact_ctc_log_probs(model: AsrModel, encoder_output: Tensor, encoder_lengt
     """
     log_probs = model.ctc.log_probs(encoder_output).float()  # [B, T, V]
     lengths = encoder_lengths.to(log_probs.device)
-    if collapse_threshold is not None:
-        log_probs, lengths, frame_map = collapse_blanks(log_probs, lengths, model.ctc.blank_id, collapse_threshold)
+    if collapse_threshold is not None:  # "weak": frames whose argmax is blank
+        threshold = None if collapse_threshold == "weak" else float(collapse_threshold)
+        log_probs, lengths, frame_map = collapse_blanks(log_probs, lengths, model.ctc.blank_id, threshold)
     else:
         frame_map = torch.arange(log_probs.shape[1], device=log_probs.device).expand(log_probs.shape[0], -1)
     log_probs, lengths, frame_map = log_probs.half().cpu(), lengths.cpu(), frame_map.cpu()

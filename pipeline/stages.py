@@ -145,7 +145,7 @@ class LoadAudio:
 
 
 def _samples(column: pa.ChunkedArray, index: int) -> np.ndarray:
-    return column[index].values.to_numpy(zero_copy_only=False)
+    return np.array(column[index].values.to_numpy(zero_copy_only=False))  # writable: torch warns on read-only
 
 
 class TranscribeBatch:

@@ -139,7 +139,7 @@ def test_good_rows_equal_decoding_each_utterance_in_process(rows, model_config, 
 
 
 def test_ctc_beam_runs_on_compact_log_probs_like_in_process(rows, model_config, nemo_assets, tmp_path):
-    decoding = DecodingConfig(strategy="ctc_beam", beam_size=4, ctc_collapse_threshold=0.5)
+    decoding = DecodingConfig(strategy="ctc_beam", beam_size=4, ctc_collapse_threshold="weak")
     run_stages(rows, model_config, decoding, tmp_path / "out")
     results = {r[schema.AUDIO_FILEPATH]: r for r in sink.read_output(str(tmp_path / "out")).to_pylist()}
     model = LOAD(model_config, "cpu")
@@ -148,7 +148,7 @@ def test_ctc_beam_runs_on_compact_log_probs_like_in_process(rows, model_config, 
     for path, waveform in zip(nemo_assets["files"], nemo_assets["waveforms"]):
         audio, lengths = pad_waveforms([waveform])
         encoder_output, encoder_lengths = model.encode(audio, lengths)
-        compact = compact_ctc_log_probs(model, encoder_output, encoder_lengths, 0.5)
+        compact = compact_ctc_log_probs(model, encoder_output, encoder_lengths, "weak")
         collapsed_frames += int(encoder_lengths[0]) - len(compact[0][1])
         h = decode(compact)[0]
         expected = transcript_of(model, "ctc", h.tokens, h.frame_indices, None, h.score)
