@@ -47,31 +47,46 @@ from tests.reference.transducer_beam import alsd_decode, maes_decode  # noqa: E4
 
 # WIND beam gives AES++'s results (tests/decoders/test_transducer_beam.py), so its reference is mAES's
 KINDS = {"rnnt": (), "tdt": (0, 1, 2, 3, 4)}
-SEARCHES = {"alsd": (AlsdBeamSearch, alsd_decode), "aes": (AesBeamSearch, maes_decode),
-            "wind": (WindBeamSearch, maes_decode)}
+SEARCHES = {
+    "alsd": (AlsdBeamSearch, alsd_decode),
+    "aes": (AesBeamSearch, maes_decode),
+    "wind": (WindBeamSearch, maes_decode),
+}
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="30 frames, width and vocabulary 128, one repeat, one reference utterance")
+    parser.add_argument(
+        "--quick", action="store_true", help="30 frames, width and vocabulary 128, one repeat, one reference utterance"
+    )
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--kind", default="rnnt", choices=sorted(KINDS), help="tdt: durations 0-4, no WIND beam")
     parser.add_argument("--frames", type=int, default=250, help="encoder frames per utterance (250 = 20 s)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--beams", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--reference-utterances", type=int, default=2,
-                        help="utterances per batch the per-utterance reference decodes (time scaled to the batch)")
+    parser.add_argument(
+        "--reference-utterances",
+        type=int,
+        default=2,
+        help="utterances per batch the per-utterance reference decodes (time scaled to the batch)",
+    )
     parser.add_argument("--vocab-size", type=int, default=256)
     parser.add_argument("--hidden", type=int, default=320, help="encoder, prediction and joint width")
     parser.add_argument("--window", type=int, default=8, help="WIND window W")
-    parser.add_argument("--blank-bias", type=float, default=None,
-                        help="set the blank bias instead of calibrating to one label per 3 frames "
-                             "(higher: more confident blanks, as a trained model)")
+    parser.add_argument(
+        "--blank-bias",
+        type=float,
+        default=None,
+        help="set the blank bias instead of calibrating to one label per 3 frames "
+        "(higher: more confident blanks, as a trained model)",
+    )
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--no-cuda-graphs", action="store_true",
-                        help="on a GPU, run beam search and greedy eagerly (default: both replay CUDA graphs)")
+    parser.add_argument(
+        "--no-cuda-graphs",
+        action="store_true",
+        help="on a GPU, run beam search and greedy eagerly (default: both replay CUDA graphs)",
+    )
     parser.add_argument("--nemo", action="store_true", help="compare with NeMo's malsd_batch / maes_batch")
     args = parser.parse_args()
     if args.quick:
@@ -101,8 +116,7 @@ def random_nemo_transducer(kind: str, frames_per_label: float = 3.0):
     from tests.pipeline.random_nemo import build_random_model, set_blank_bias, train_tokenizer
 
     nemo_kind = "rnnt" if kind == "rnnt" else "tdt_ctc"
-    model = build_random_model(nemo_kind, train_tokenizer(Path(tempfile.mkdtemp(prefix="beam_bench_")) / "tok"),
-                               seed=3)
+    model = build_random_model(nemo_kind, train_tokenizer(Path(tempfile.mkdtemp(prefix="beam_bench_")) / "tok"), seed=3)
     durations = list(model.cfg.model_defaults.get("tdt_durations", []) or []) if kind != "rnnt" else []
     transducer = NemoTransducer(model.decoder, model.joint, durations)
     generator = torch.Generator().manual_seed(1)
@@ -135,17 +149,45 @@ def main_nemo(args: argparse.Namespace) -> None:
             config = BeamSearchConfig(beam_size=beam_size)
             pairs = {}
             if transducer.durations:
-                pairs["alsd"] = (AlsdBeamSearch(transducer, config), ModifiedALSDBatchedTDTComputer(
-                    model.decoder, model.joint, durations=list(transducer.durations), blank_index=transducer.blank_id,
-                    beam_size=beam_size, max_symbols_per_step=10, allow_cuda_graphs=False))
+                pairs["alsd"] = (
+                    AlsdBeamSearch(transducer, config),
+                    ModifiedALSDBatchedTDTComputer(
+                        model.decoder,
+                        model.joint,
+                        durations=list(transducer.durations),
+                        blank_index=transducer.blank_id,
+                        beam_size=beam_size,
+                        max_symbols_per_step=10,
+                        allow_cuda_graphs=False,
+                    ),
+                )
             else:
-                pairs["alsd"] = (AlsdBeamSearch(transducer, config), ModifiedALSDBatchedRNNTComputer(
-                    model.decoder, model.joint, transducer.blank_id, beam_size, max_symbols_per_step=10,
-                    allow_cuda_graphs=False))
-                pairs["aes"] = (AesBeamSearch(transducer, config), ModifiedAESBatchedRNNTComputer(
-                    model.decoder, model.joint, transducer.blank_id, beam_size, maes_num_steps=2,
-                    maes_expansion_beta=2, maes_expansion_gamma=2.3, allow_cuda_graphs=False))
+                pairs["alsd"] = (
+                    AlsdBeamSearch(transducer, config),
+                    ModifiedALSDBatchedRNNTComputer(
+                        model.decoder,
+                        model.joint,
+                        transducer.blank_id,
+                        beam_size,
+                        max_symbols_per_step=10,
+                        allow_cuda_graphs=False,
+                    ),
+                )
+                pairs["aes"] = (
+                    AesBeamSearch(transducer, config),
+                    ModifiedAESBatchedRNNTComputer(
+                        model.decoder,
+                        model.joint,
+                        transducer.blank_id,
+                        beam_size,
+                        maes_num_steps=2,
+                        maes_expansion_beta=2,
+                        maes_expansion_gamma=2.3,
+                        allow_cuda_graphs=False,
+                    ),
+                )
             for name, (ours, theirs) in pairs.items():
+
                 def run_ours(d=ours, x=encoder_output, n=lengths):
                     return [h.tokens for h in d(x, n).to_list()]
 
@@ -158,24 +200,47 @@ def main_nemo(args: argparse.Namespace) -> None:
                 same = sum(a == b for a, b in zip(our_tokens, nemo_tokens))
                 if name == "alsd" and same != batch_size:  # equal by test; AES++ may differ (see the docstring)
                     raise SystemExit(f"{name} beam {beam_size} disagrees with NeMo at batch {batch_size}")
-                rows.append({"batch_size": batch_size, "search": name, "beam_size": beam_size, "ms": round(ours_ms, 2),
-                             "nemo_ms": round(nemo_ms, 2), "speedup_vs_nemo": round(nemo_ms / ours_ms, 2),
-                             "same_best": same})
-    print(f"transducer beam search ({args.kind}) vs NeMo 3.0 on a random NeMo FastConformer's joint and prediction "
-          f"network, decoder only (encoder output -> host token lists): {args.frames} frames, "
-          f"V={transducer.vocab_size}, blank bias {blank_bias:.2f}, {torch.get_num_threads()} threads; "
-          f"median of {args.repeats}; x = NeMo time / ours")
+                rows.append(
+                    {
+                        "batch_size": batch_size,
+                        "search": name,
+                        "beam_size": beam_size,
+                        "ms": round(ours_ms, 2),
+                        "nemo_ms": round(nemo_ms, 2),
+                        "speedup_vs_nemo": round(nemo_ms / ours_ms, 2),
+                        "same_best": same,
+                    }
+                )
+    print(
+        f"transducer beam search ({args.kind}) vs NeMo 3.0 on a random NeMo FastConformer's joint and prediction "
+        f"network, decoder only (encoder output -> host token lists): {args.frames} frames, "
+        f"V={transducer.vocab_size}, blank bias {blank_bias:.2f}, {torch.get_num_threads()} threads; "
+        f"median of {args.repeats}; x = NeMo time / ours"
+    )
     header = f"{'B':>3} | {'search':>6} | {'beam':>4} | {'ours ms':>9} | {'NeMo ms':>9} | {'x':>6} | same best"
     print(header)
     print("-" * len(header))
     for row in rows:
-        print(f"{row['batch_size']:>3} | {row['search']:>6} | {row['beam_size']:>4} | {row['ms']:>9.1f} | "
-              f"{row['nemo_ms']:>9.1f} | {row['speedup_vs_nemo']:>5.2f}x | {row['same_best']}/{row['batch_size']}")
+        print(
+            f"{row['batch_size']:>3} | {row['search']:>6} | {row['beam_size']:>4} | {row['ms']:>9.1f} | "
+            f"{row['nemo_ms']:>9.1f} | {row['speedup_vs_nemo']:>5.2f}x | {row['same_best']}/{row['batch_size']}"
+        )
     command = ("python benchmarks/beam.py " + " ".join(sys.argv[1:])).strip()
     print(f"reproduce: {command}")
-    print(json.dumps({"benchmark": "beam_vs_nemo", "command": command, "kind": args.kind,
-                      "machine": platform.machine(), "threads": torch.get_num_threads(), "frames": args.frames,
-                      "blank_bias": round(blank_bias, 3), "rows": rows}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "beam_vs_nemo",
+                "command": command,
+                "kind": args.kind,
+                "machine": platform.machine(),
+                "threads": torch.get_num_threads(),
+                "frames": args.frames,
+                "blank_bias": round(blank_bias, 3),
+                "rows": rows,
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -184,8 +249,14 @@ def main() -> None:
     if args.nemo:
         main_nemo(args)
         return
-    model = TinyTransducer(vocab_size=args.vocab_size, encoder_dim=args.hidden, prediction_dim=args.hidden,
-                           joint_dim=args.hidden, durations=KINDS[args.kind], seed=0)
+    model = TinyTransducer(
+        vocab_size=args.vocab_size,
+        encoder_dim=args.hidden,
+        prediction_dim=args.hidden,
+        joint_dim=args.hidden,
+        durations=KINDS[args.kind],
+        seed=0,
+    )
     if args.blank_bias is None:
         blank_bias = calibrate_blank_bias(model, frames_per_label=3.0)
     else:
@@ -211,42 +282,73 @@ def main() -> None:
             for beam_size in args.beams:
                 config = BeamSearchConfig(beam_size=beam_size, window_size=args.window, use_cuda_graphs=graphs)
                 decoder = search_class(model, config)
-                batched_ms, hypotheses = timed(lambda d=decoder, x=encoder_output, n=lengths: d(x, n),
-                                               args.repeats, args.device)
+                batched_ms, hypotheses = timed(
+                    lambda d=decoder, x=encoder_output, n=lengths: d(x, n), args.repeats, args.device
+                )
                 start = time.perf_counter()
                 expected = reference(model, encoder_output[:sample].cpu(), lengths[:sample].cpu(), config)
                 reference_ms = (time.perf_counter() - start) * 1000 * batch_size / sample
                 got = hypotheses.to_list()[:sample]
                 if [h.tokens for h in got] != [e[0].tokens for e in expected]:
                     raise SystemExit(f"{name} beam {beam_size} disagrees with the reference at batch {batch_size}")
-                rows.append({"batch_size": batch_size, "search": name, "beam_size": beam_size,
-                             "ms": round(batched_ms, 2), "greedy_ms": round(greedy_ms, 2),
-                             "reference_ms": round(reference_ms, 1),
-                             "x_greedy_time": round(batched_ms / greedy_ms, 2),
-                             "speedup_vs_reference": round(reference_ms / batched_ms, 1)})
+                rows.append(
+                    {
+                        "batch_size": batch_size,
+                        "search": name,
+                        "beam_size": beam_size,
+                        "ms": round(batched_ms, 2),
+                        "greedy_ms": round(greedy_ms, 2),
+                        "reference_ms": round(reference_ms, 1),
+                        "x_greedy_time": round(batched_ms / greedy_ms, 2),
+                        "speedup_vs_reference": round(reference_ms / batched_ms, 1),
+                    }
+                )
 
-    print(f"transducer beam search ({args.kind}), decoder only: {args.frames} frames, WIND window {args.window}, "
-          f"V={args.vocab_size}, "
-          f"hidden={args.hidden}, {rate:.3f} labels/frame (blank bias {blank_bias:.2f}), device {args.device}"
-          f"{' with CUDA graphs' if graphs else ''}, {torch.get_num_threads()} threads; median of {args.repeats}")
-    print("time = batched beam search; x greedy = its time / label-looping greedy's; "
-          "x ref = per-utterance reference time / batched time")
-    header = f"{'B':>3} | {'search':>6} | {'beam':>4} | {'time ms':>9} | {'greedy ms':>9} | {'x greedy':>8} | " \
-             f"{'ref ms':>10} | {'x ref':>7}"
+    print(
+        f"transducer beam search ({args.kind}), decoder only: {args.frames} frames, WIND window {args.window}, "
+        f"V={args.vocab_size}, "
+        f"hidden={args.hidden}, {rate:.3f} labels/frame (blank bias {blank_bias:.2f}), device {args.device}"
+        f"{' with CUDA graphs' if graphs else ''}, {torch.get_num_threads()} threads; median of {args.repeats}"
+    )
+    print(
+        "time = batched beam search; x greedy = its time / label-looping greedy's; "
+        "x ref = per-utterance reference time / batched time"
+    )
+    header = (
+        f"{'B':>3} | {'search':>6} | {'beam':>4} | {'time ms':>9} | {'greedy ms':>9} | {'x greedy':>8} | "
+        f"{'ref ms':>10} | {'x ref':>7}"
+    )
     print(header)
     print("-" * len(header))
     for row in rows:
-        print(f"{row['batch_size']:>3} | {row['search']:>6} | {row['beam_size']:>4} | {row['ms']:>9.1f} | "
-              f"{row['greedy_ms']:>9.1f} | {row['x_greedy_time']:>7.2f}x | {row['reference_ms']:>10.0f} | "
-              f"{row['speedup_vs_reference']:>6.1f}x")
+        print(
+            f"{row['batch_size']:>3} | {row['search']:>6} | {row['beam_size']:>4} | {row['ms']:>9.1f} | "
+            f"{row['greedy_ms']:>9.1f} | {row['x_greedy_time']:>7.2f}x | {row['reference_ms']:>10.0f} | "
+            f"{row['speedup_vs_reference']:>6.1f}x"
+        )
     command = ("python benchmarks/beam.py " + " ".join(sys.argv[1:])).strip()
     print(f"reproduce: {command}")
-    print(json.dumps({"benchmark": "beam", "command": command, "device": args.device, "cuda_graphs": graphs,
-                      "kind": args.kind,
-                      "machine": platform.machine(), "threads": torch.get_num_threads(), "frames": args.frames,
-                      "vocab_size": args.vocab_size, "hidden": args.hidden, "labels_per_frame": round(rate, 4),
-                      "reference_utterances": args.reference_utterances, "window": args.window,
-                      "blank_bias": round(blank_bias, 3), "rows": rows}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "beam",
+                "command": command,
+                "device": args.device,
+                "cuda_graphs": graphs,
+                "kind": args.kind,
+                "machine": platform.machine(),
+                "threads": torch.get_num_threads(),
+                "frames": args.frames,
+                "vocab_size": args.vocab_size,
+                "hidden": args.hidden,
+                "labels_per_frame": round(rate, 4),
+                "reference_utterances": args.reference_utterances,
+                "window": args.window,
+                "blank_bias": round(blank_bias, 3),
+                "rows": rows,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -287,8 +287,9 @@ class BeamTree:
         self.labels.index_copy_(2, column, labels.unsqueeze(2))
         self.parents.index_copy_(2, column, parents.unsqueeze(2))
         self.frame_indices.index_copy_(2, column, frames.unsqueeze(2))
-        self.durations.index_copy_(2, column, (durations if durations is not None else torch.zeros_like(labels))
-                                   .unsqueeze(2))
+        self.durations.index_copy_(
+            2, column, (durations if durations is not None else torch.zeros_like(labels)).unsqueeze(2)
+        )
         step_scores = torch.where(is_carried, 0.0, scores - parent_scores).to(self.step_scores.dtype)
         self.step_scores.index_copy_(2, column, step_scores.unsqueeze(2))
         self.length.add_(1)
@@ -303,7 +304,8 @@ class BeamTree:
         stays = is_label & (next_frames == frames)
         same_frame = frames == parent_next_frames
         frame_counts = torch.where(
-            is_carried, parent_counts, torch.where(stays, torch.where(same_frame, parent_counts, 0) + 1, 0))
+            is_carried, parent_counts, torch.where(stays, torch.where(same_frame, parent_counts, 0) + 1, 0)
+        )
         self.prefix_hashes.copy_(prefix_hashes)
         self.hashes.copy_(hashes)
         self.non_blank_lengths.copy_(non_blank_lengths)
@@ -318,9 +320,11 @@ class BeamTree:
         scores and its own path; the others get -inf. Tensor sizes do not change."""
         if self.beam_size == 1:
             return
-        same = (self.hashes.unsqueeze(2) == self.hashes.unsqueeze(1)) \
-            & (self.last_labels.unsqueeze(2) == self.last_labels.unsqueeze(1)) \
-            & (self.non_blank_lengths.unsqueeze(2) == self.non_blank_lengths.unsqueeze(1))  # [B, K, K]
+        same = (
+            (self.hashes.unsqueeze(2) == self.hashes.unsqueeze(1))
+            & (self.last_labels.unsqueeze(2) == self.last_labels.unsqueeze(1))
+            & (self.non_blank_lengths.unsqueeze(2) == self.non_blank_lengths.unsqueeze(1))
+        )  # [B, K, K]
         if match_frames:
             same &= self.next_frames.unsqueeze(2) == self.next_frames.unsqueeze(1)
         group_scores = torch.where(same, self.scores.unsqueeze(1), float("-inf"))  # row k: scores of k's group
@@ -377,8 +381,9 @@ class BeamTree:
             out.last_frame = torch.where(token_lengths > 0, last_frames, -1)
         return out
 
-    def best(self, length_normalization: bool = True, with_nbest: bool = False,
-             batch_size: int | None = None) -> BatchedHypotheses:
+    def best(
+        self, length_normalization: bool = True, with_nbest: bool = False, batch_size: int | None = None
+    ) -> BatchedHypotheses:
         """The best hypothesis of each of the first `batch_size` utterances (all by default); with
         `with_nbest`, also all K, best first, in `.nbest` (hypotheses that do not exist have score -inf and no
         tokens)."""

@@ -107,8 +107,9 @@ class _BeamState:
     progress (ALSD: `active`; AES: `frame`, `decoding`, `updating`, `logits`; WIND: `skipping`); and the
     values `start` resets them from. `encoder_projected` [B, T, H] is read, never written."""
 
-    def __init__(self, decoder: _TransducerBeamSearch, encoder_projected: Tensor, capacity: int,
-                 growable: bool = True) -> None:
+    def __init__(
+        self, decoder: _TransducerBeamSearch, encoder_projected: Tensor, capacity: int, growable: bool = True
+    ) -> None:
         model, config, lm = decoder.model, decoder.config, decoder.lm
         batch_size, max_time, _ = encoder_projected.shape
         beam_size = config.beam_size
@@ -122,8 +123,16 @@ class _BeamState:
         self.rows = torch.arange(batch_size, **long).unsqueeze(1)  # [B, 1]
         self.beam_range = torch.arange(beam_size, **long)  # [K]
         self.durations = torch.tensor(model.durations, **long)  # [N]
-        self.tree = BeamTree(batch_size, beam_size, model.blank_id, capacity=capacity, device=device,
-                             float_dtype=dtype, with_durations=decoder.is_tdt, growable=growable)
+        self.tree = BeamTree(
+            batch_size,
+            beam_size,
+            model.blank_id,
+            capacity=capacity,
+            device=device,
+            float_dtype=dtype,
+            with_durations=decoder.is_tdt,
+            growable=growable,
+        )
         # what `start` copies in: the prediction network after the blank (start of sequence), the LM at the
         # start of a sentence, for every hypothesis
         hypotheses = batch_size * beam_size
@@ -170,8 +179,10 @@ class _TransducerBeamSearch:
 
     def __init__(self, model: TransducerModel, config: BeamSearchConfig, lm: LanguageModel | None = None) -> None:
         if model.blank_id != model.vocab_size:
-            raise ValueError(f"beam search needs blank last (blank_id == vocab_size), got blank_id={model.blank_id}"
-                             f" with vocab_size={model.vocab_size}")
+            raise ValueError(
+                f"beam search needs blank last (blank_id == vocab_size), got blank_id={model.blank_id}"
+                f" with vocab_size={model.vocab_size}"
+            )
         if lm is not None and lm.vocab_size != model.vocab_size:
             raise ValueError(f"lm.vocab_size must equal the model's vocab_size {model.vocab_size}, got {lm.vocab_size}")
         self.is_tdt = len(model.durations) > 0
@@ -238,7 +249,7 @@ class _TransducerBeamSearch:
 
     def _label_scores(self, state: _BeamState, logits: Tensor) -> tuple[Tensor, Tensor]:
         """logits [B, K, ..., V (+N)] -> (model log-probabilities, fused scores), both [B, K, ..., V]."""
-        log_probs = torch.log_softmax(logits[..., :self.num_labels], dim=-1)
+        log_probs = torch.log_softmax(logits[..., : self.num_labels], dim=-1)
         lm_scores = None
         if self.lm is not None:
             lm_scores = state.beam_view(state.lm_scores)
@@ -247,7 +258,7 @@ class _TransducerBeamSearch:
 
     def _duration_log_probs(self, logits: Tensor) -> Tensor | None:
         """logits [..., V + N] -> TDT duration log-probabilities [..., N] (None for RNN-T)."""
-        return torch.log_softmax(logits[..., self.num_labels:], dim=-1) if self.is_tdt else None
+        return torch.log_softmax(logits[..., self.num_labels :], dim=-1) if self.is_tdt else None
 
     def _advance_(self, state: _BeamState, parents: Tensor, labels: Tensor, eager: bool) -> None:
         """After `tree.append_(parents, labels, ...)`: each new hypothesis takes its parent's prediction and LM
@@ -262,8 +273,9 @@ class _TransducerBeamSearch:
             # this reads the row count on the host, which eager decoding does every step anyway
             label_rows = is_label.nonzero().squeeze(1)
             if label_rows.numel() > 0:
-                output, next_state = model.predict(labels.view(-1).index_select(0, label_rows),
-                                                   model.select_states(predictor_state, label_rows))
+                output, next_state = model.predict(
+                    labels.view(-1).index_select(0, label_rows), model.select_states(predictor_state, label_rows)
+                )
                 positions = (torch.cumsum(is_label, dim=0) - 1).clamp(min=0)  # row -> its place among label rows
                 output = model.project_prediction(output).index_select(0, positions)
                 prediction = torch.where(is_label.unsqueeze(1), output, prediction)
@@ -285,8 +297,17 @@ class _TransducerBeamSearch:
             state.lm_scores.copy_(lm_scores)
             state.lm_next_states.copy_(lm_next_states)
 
-    def _append_(self, state: _BeamState, parents: Tensor, labels: Tensor, scores: Tensor, frames: Tensor,
-                 next_frames: Tensor, durations: Tensor | None, eager: bool) -> None:
+    def _append_(
+        self,
+        state: _BeamState,
+        parents: Tensor,
+        labels: Tensor,
+        scores: Tensor,
+        frames: Tensor,
+        next_frames: Tensor,
+        durations: Tensor | None,
+        eager: bool,
+    ) -> None:
         """Append a column and advance the states. As in NeMo, a TDT hypothesis that jumps past the end keeps
         that frame, so finished copies of one transcript that end on different frames are not merged."""
         state.tree.append_(parents, labels, scores, frames, next_frames, durations)
@@ -324,11 +345,13 @@ class AlsdBeamSearch(_TransducerBeamSearch):
     def _update_active(self, state: _BeamState) -> None:
         """[B, K]: hypotheses that exist and have frames left."""
         tree = state.tree
-        torch.logical_and(tree.next_frames < state.encoder_lengths.unsqueeze(1), tree.scores > NEG_INF,
-                          out=state.active)
+        torch.logical_and(
+            tree.next_frames < state.encoder_lengths.unsqueeze(1), tree.scores > NEG_INF, out=state.active
+        )
 
-    def _candidates(self, state: _BeamState, log_probs: Tensor, fused: Tensor,
-                    duration_log_probs: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+    def _candidates(
+        self, state: _BeamState, log_probs: Tensor, fused: Tensor, duration_log_probs: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
         """Per hypothesis its top candidates: (score increments, labels, duration indices), [B, K, E]."""
         beam_size = self.config.beam_size
         early = self.config.pruning == "early"
@@ -419,9 +442,13 @@ class AesBeamSearch(_TransducerBeamSearch):
     joint_from_window = False  # WIND beam search has the joint's output on the frame before `frame` runs
 
     def _pieces(self, state: _BeamState, eager: bool) -> dict[str, Callable[[], None]]:
-        return {"start": lambda: self._start(state), "frame": lambda: self._frame(state),
-                "expand": lambda: self._expand(state, eager), "blank": lambda: self._forced_blank(state),
-                "next_frame": lambda: self._next_frame(state)}
+        return {
+            "start": lambda: self._start(state),
+            "frame": lambda: self._frame(state),
+            "expand": lambda: self._expand(state, eager),
+            "blank": lambda: self._forced_blank(state),
+            "next_frame": lambda: self._next_frame(state),
+        }
 
     def _search(self, state: _BeamState, run: Run) -> None:
         steps = self.config.expansion_steps
@@ -464,16 +491,18 @@ class AesBeamSearch(_TransducerBeamSearch):
         utterance's; TDT: not those that jumped further), the joint's output there, prefix search."""
         tree = state.tree
         frames = self._frame_hypotheses(state)
-        torch.logical_and(state.decoding.unsqueeze(1) & (tree.scores > NEG_INF), tree.next_frames == frames,
-                          out=state.updating)
+        torch.logical_and(
+            state.decoding.unsqueeze(1) & (tree.scores > NEG_INF), tree.next_frames == frames, out=state.updating
+        )
         if not self.joint_from_window:
             state.logits.copy_(self._joint(state, frames, state.beam_view(state.prediction)))
         if state.beam_size > 1 and not self.is_tdt:
             _, fused = self._label_scores(state, state.logits)
             tree.scores.copy_(torch.where(state.updating, self._through_prefixes(tree, fused), tree.scores))
 
-    def _candidates(self, log_probs: Tensor, fused: Tensor, duration_log_probs: Tensor | None
-                    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    def _candidates(
+        self, log_probs: Tensor, fused: Tensor, duration_log_probs: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """Per hypothesis its best candidates [B, K, E]: (ranking scores, fused score increments, labels,
         duration indices). Early pruning ranks by the model's scores, late by the fused ones."""
         config = self.config
@@ -702,19 +731,23 @@ class _CudaGraphsRunner:
         batch_size, max_time, _ = encoder_output.shape
         encoder_projected = decoder.model.project_encoder(encoder_output)
         state = self.state
-        if (state is None or state.batch_size < batch_size or state.max_time < max_time
-                or state.encoder_projected.device != encoder_projected.device
-                or state.encoder_projected.dtype != encoder_projected.dtype
-                or self.lm is not decoder.lm):  # the graphs read the tensors of the LM they were captured with
+        if (
+            state is None
+            or state.batch_size < batch_size
+            or state.max_time < max_time
+            or state.encoder_projected.device != encoder_projected.device
+            or state.encoder_projected.dtype != encoder_projected.dtype
+            or self.lm is not decoder.lm
+        ):  # the graphs read the tensors of the LM they were captured with
             padded_time = max(64, -(-max_time // 64) * 64)
             buffer = encoder_projected.new_zeros(batch_size, padded_time, encoder_projected.shape[-1])
-            self.state = state = _BeamState(decoder, buffer, capacity=decoder._max_columns(padded_time),
-                                            growable=False)
+            self.state = state = _BeamState(decoder, buffer, capacity=decoder._max_columns(padded_time), growable=False)
             self.lm = decoder.lm
             self.replays = self._compile(decoder._pieces(state, eager=False))
         state.encoder_projected[:batch_size, :max_time].copy_(encoder_projected)
         state.encoder_lengths.zero_()  # rows past the batch stay empty
         state.encoder_lengths[:batch_size].copy_(encoder_lengths)
         decoder._search(state, lambda name: self.replays[name]())
-        return state.tree.best(decoder.config.length_normalization, with_nbest=decoder.config.return_nbest,
-                               batch_size=batch_size)
+        return state.tree.best(
+            decoder.config.length_normalization, with_nbest=decoder.config.return_nbest, batch_size=batch_size
+        )

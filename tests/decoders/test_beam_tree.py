@@ -15,8 +15,14 @@ BLANK = 9
 def step(tree: BeamTree, parents, labels, scores, frames, next_frames, durations=None):
     as_tensor = lambda values: torch.tensor([values])  # noqa: E731  one utterance
     tree.ensure_capacity_(int(tree.length) + 1)  # the search loops count columns on the host instead
-    tree.append_(as_tensor(parents), as_tensor(labels), torch.tensor([scores], dtype=torch.double),
-                 as_tensor(frames), as_tensor(next_frames), as_tensor(durations) if durations else None)
+    tree.append_(
+        as_tensor(parents),
+        as_tensor(labels),
+        torch.tensor([scores], dtype=torch.double),
+        as_tensor(frames),
+        as_tensor(next_frames),
+        as_tensor(durations) if durations else None,
+    )
 
 
 def test_hash_is_the_rolling_int64_hash_with_wraparound():

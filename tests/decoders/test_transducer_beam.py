@@ -40,8 +40,14 @@ FUSION_MODES = [(pruning, scoring) for pruning in ("early", "late") for scoring 
 
 @functools.cache
 def tiny_model(kind: str, regime: str = "realistic") -> TinyTransducer:
-    model = TinyTransducer(vocab_size=VOCAB_SIZE, encoder_dim=ENCODER_DIM, prediction_dim=8, joint_dim=8,
-                           durations=DURATION_SETS[kind], seed=len(kind) + 11)
+    model = TinyTransducer(
+        vocab_size=VOCAB_SIZE,
+        encoder_dim=ENCODER_DIM,
+        prediction_dim=8,
+        joint_dim=8,
+        durations=DURATION_SETS[kind],
+        seed=len(kind) + 11,
+    )
     if regime == "realistic":
         calibrate_blank_bias(model, frames_per_label=2.5)
     elif regime == "quiet":  # confident about blank on most frames, as a trained model is
@@ -63,9 +69,17 @@ def random_inputs(batch_size: int, max_frames: int, seed: int, lengths: list[int
 
 
 aten = torch.ops.aten
-HOST_READS = {aten._local_scalar_dense.default, aten.is_nonzero.default, aten.equal.default, aten.nonzero.default,
-              aten.masked_select.default, aten._unique2.default, aten.unique_consecutive.default,
-              aten.unique_dim.default, aten.repeat_interleave.Tensor}
+HOST_READS = {
+    aten._local_scalar_dense.default,
+    aten.is_nonzero.default,
+    aten.equal.default,
+    aten.nonzero.default,
+    aten.masked_select.default,
+    aten._unique2.default,
+    aten.unique_consecutive.default,
+    aten.unique_dim.default,
+    aten.repeat_interleave.Tensor,
+}
 
 
 class NoHostReads(TorchDispatchMode):
@@ -79,7 +93,8 @@ class NoHostReads(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         boolean_index = func in (aten.index.Tensor, aten.index_put_.default, aten.index_put.default) and any(
-            index is not None and index.dtype == torch.bool for index in args[1])
+            index is not None and index.dtype == torch.bool for index in args[1]
+        )
         if func in HOST_READS or boolean_index:
             raise AssertionError(f"piece {self.piece!r} reads the host: {func}")
         return func(*args, **(kwargs or {}))
@@ -159,8 +174,9 @@ SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[Healt
 @given(cases())
 def test_alsd_matches_reference(case):
     kind, encoder_output, lengths, beam_size, max_symbols, normalize = case
-    config = BeamSearchConfig(beam_size=beam_size, max_symbols_per_frame=max_symbols,
-                              length_normalization=normalize, return_nbest=True)
+    config = BeamSearchConfig(
+        beam_size=beam_size, max_symbols_per_frame=max_symbols, length_normalization=normalize, return_nbest=True
+    )
     model = tiny_model(kind)
     expected = alsd_decode(model, encoder_output, lengths, config)
     for batched in decode_both(AlsdBeamSearch(model, config), encoder_output, lengths):
@@ -172,9 +188,15 @@ def test_alsd_matches_reference(case):
 def test_alsd_with_lm_fusion_matches_reference(case, mode, lm_weight):
     kind, encoder_output, lengths, beam_size, max_symbols, normalize = case
     pruning, scoring = mode
-    config = BeamSearchConfig(beam_size=beam_size, max_symbols_per_frame=max_symbols, lm_weight=lm_weight,
-                              pruning=pruning, blank_lm_scoring=scoring, length_normalization=normalize,
-                              return_nbest=True)
+    config = BeamSearchConfig(
+        beam_size=beam_size,
+        max_symbols_per_frame=max_symbols,
+        lm_weight=lm_weight,
+        pruning=pruning,
+        blank_lm_scoring=scoring,
+        length_normalization=normalize,
+        return_nbest=True,
+    )
     model, lm = tiny_model(kind), bigram_lm()
     expected = alsd_decode(model, encoder_output, lengths, config, lm)
     for batched in decode_both(AlsdBeamSearch(model, config, lm), encoder_output, lengths):
@@ -185,8 +207,14 @@ def test_alsd_with_lm_fusion_matches_reference(case, mode, lm_weight):
 @given(cases(), st.integers(1, 3), st.integers(0, 3), st.floats(0.5, 5.0))
 def test_aes_matches_reference(case, steps, beta, gamma):
     kind, encoder_output, lengths, beam_size, _, normalize = case
-    config = BeamSearchConfig(beam_size=beam_size, expansion_steps=steps, expansion_beta=beta,
-                              expansion_gamma=gamma, length_normalization=normalize, return_nbest=True)
+    config = BeamSearchConfig(
+        beam_size=beam_size,
+        expansion_steps=steps,
+        expansion_beta=beta,
+        expansion_gamma=gamma,
+        length_normalization=normalize,
+        return_nbest=True,
+    )
     model = tiny_model(kind)
     expected = maes_decode(model, encoder_output, lengths, config)
     for batched in decode_both(AesBeamSearch(model, config), encoder_output, lengths):
@@ -198,8 +226,14 @@ def test_aes_matches_reference(case, steps, beta, gamma):
 def test_aes_with_lm_fusion_matches_reference(case, mode, lm_weight):
     kind, encoder_output, lengths, beam_size, _, normalize = case
     pruning, scoring = mode
-    config = BeamSearchConfig(beam_size=beam_size, lm_weight=lm_weight, pruning=pruning,
-                              blank_lm_scoring=scoring, length_normalization=normalize, return_nbest=True)
+    config = BeamSearchConfig(
+        beam_size=beam_size,
+        lm_weight=lm_weight,
+        pruning=pruning,
+        blank_lm_scoring=scoring,
+        length_normalization=normalize,
+        return_nbest=True,
+    )
     model, lm = tiny_model(kind), bigram_lm(1)
     expected = maes_decode(model, encoder_output, lengths, config, lm)
     for batched in decode_both(AesBeamSearch(model, config, lm), encoder_output, lengths):
@@ -217,13 +251,24 @@ def assert_same_hypotheses(got: BatchedHypotheses, expected: BatchedHypotheses) 
 
 
 @SETTINGS
-@given(cases(kinds=("rnnt",), max_frames=30), st.sampled_from(["realistic", "quiet"]),
-       st.sampled_from([None] + FUSION_MODES), st.integers(1, 12))
+@given(
+    cases(kinds=("rnnt",), max_frames=30),
+    st.sampled_from(["realistic", "quiet"]),
+    st.sampled_from([None] + FUSION_MODES),
+    st.integers(1, 12),
+)
 def test_wind_beam_equals_aes(case, regime, mode, window):
     _, encoder_output, lengths, beam_size, _, normalize = case
     pruning, scoring = mode or ("late", "weighted")
-    config = BeamSearchConfig(beam_size=beam_size, lm_weight=0.5, pruning=pruning, blank_lm_scoring=scoring,
-                              length_normalization=normalize, window_size=window, return_nbest=True)
+    config = BeamSearchConfig(
+        beam_size=beam_size,
+        lm_weight=0.5,
+        pruning=pruning,
+        blank_lm_scoring=scoring,
+        length_normalization=normalize,
+        window_size=window,
+        return_nbest=True,
+    )
     model, lm = tiny_model("rnnt", regime), (bigram_lm(2) if mode else None)
     expected = AesBeamSearch(model, config, lm)(encoder_output, lengths)
     for got in decode_both(WindBeamSearch(model, config, lm), encoder_output, lengths):
@@ -270,7 +315,10 @@ def test_alsd_beam_one_is_greedy(kind, regime):
         for beam in decode_both(decoder, encoder_output, lengths):
             for got, expected in zip(beam.to_list(), greedy.to_list()):
                 assert (got.tokens, got.frame_indices, got.durations) == (
-                    expected.tokens, expected.frame_indices, expected.durations)
+                    expected.tokens,
+                    expected.frame_indices,
+                    expected.durations,
+                )
 
 
 @pytest.mark.parametrize("regime", ["realistic", "chatty", "quiet"])

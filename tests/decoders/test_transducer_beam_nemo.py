@@ -66,12 +66,19 @@ def test_alsd_equals_nemo_malsd_batch(kind, beam_size):
     transducer = adapter(model)
     encoder_output, lengths = inputs(model, seed=beam_size)
     if transducer.durations:
-        computer = ModifiedALSDBatchedTDTComputer(model.decoder, model.joint, durations=list(transducer.durations),
-                                                  blank_index=transducer.blank_id, beam_size=beam_size,
-                                                  max_symbols_per_step=10, allow_cuda_graphs=False)
+        computer = ModifiedALSDBatchedTDTComputer(
+            model.decoder,
+            model.joint,
+            durations=list(transducer.durations),
+            blank_index=transducer.blank_id,
+            beam_size=beam_size,
+            max_symbols_per_step=10,
+            allow_cuda_graphs=False,
+        )
     else:
-        computer = ModifiedALSDBatchedRNNTComputer(model.decoder, model.joint, transducer.blank_id, beam_size,
-                                                   max_symbols_per_step=10, allow_cuda_graphs=False)
+        computer = ModifiedALSDBatchedRNNTComputer(
+            model.decoder, model.joint, transducer.blank_id, beam_size, max_symbols_per_step=10, allow_cuda_graphs=False
+        )
     theirs = computer(encoder_output, lengths)[0].to_hyps_list(score_norm=True)
     ours = AlsdBeamSearch(transducer, BeamSearchConfig(beam_size=beam_size))(encoder_output, lengths)
     assert sum(len(h.tokens) for h in ours.to_list()) > 0
@@ -86,9 +93,16 @@ def test_aes_equals_nemo_maes_batch(beam_size):
     model = nemo_model("rnnt")
     transducer = adapter(model)
     encoder_output, lengths = inputs(model, seed=10 + beam_size)
-    computer = ModifiedAESBatchedRNNTComputer(model.decoder, model.joint, transducer.blank_id, beam_size,
-                                              maes_num_steps=2, maes_expansion_beta=2, maes_expansion_gamma=2.3,
-                                              allow_cuda_graphs=False)
+    computer = ModifiedAESBatchedRNNTComputer(
+        model.decoder,
+        model.joint,
+        transducer.blank_id,
+        beam_size,
+        maes_num_steps=2,
+        maes_expansion_beta=2,
+        maes_expansion_gamma=2.3,
+        allow_cuda_graphs=False,
+    )
     theirs = computer(encoder_output, lengths)[0].to_hyps_list(score_norm=True)
     config = BeamSearchConfig(beam_size=beam_size, expansion_steps=2, expansion_beta=2, expansion_gamma=2.3)
     compare(AesBeamSearch(transducer, config)(encoder_output, lengths), theirs)
@@ -122,18 +136,30 @@ def test_alsd_with_lm_equals_nemo_malsd_batch_with_ngram_lm(kind, pruning, scori
     nemo_lm = NGramGPULanguageModel.from_arpa(path, vocab_size=transducer.vocab_size, use_triton=False)
     alpha, beam_size, max_symbols = 0.5, 4, 10
     encoder_output, lengths = inputs(model, seed=21)
-    options = dict(blank_index=transducer.blank_id, beam_size=beam_size, max_symbols_per_step=max_symbols,
-                   fusion_models=[nemo_lm], fusion_models_alpha=[alpha], allow_cuda_graphs=False,
-                   blank_lm_score_mode={"none": "no_score", "weighted": "lm_weighted_full"}[scoring],
-                   pruning_mode=pruning)
+    options = dict(
+        blank_index=transducer.blank_id,
+        beam_size=beam_size,
+        max_symbols_per_step=max_symbols,
+        fusion_models=[nemo_lm],
+        fusion_models_alpha=[alpha],
+        allow_cuda_graphs=False,
+        blank_lm_score_mode={"none": "no_score", "weighted": "lm_weighted_full"}[scoring],
+        pruning_mode=pruning,
+    )
     if transducer.durations:
-        computer = ModifiedALSDBatchedTDTComputer(model.decoder, model.joint, durations=list(transducer.durations),
-                                                  **options)
+        computer = ModifiedALSDBatchedTDTComputer(
+            model.decoder, model.joint, durations=list(transducer.durations), **options
+        )
     else:
         computer = ModifiedALSDBatchedRNNTComputer(model.decoder, model.joint, **options)
     theirs = computer(encoder_output, lengths)[0].to_hyps_list(score_norm=True)
-    config = BeamSearchConfig(beam_size=beam_size, max_symbols_per_frame=max_symbols, lm_weight=alpha,
-                              pruning=pruning, blank_lm_scoring=scoring)
+    config = BeamSearchConfig(
+        beam_size=beam_size,
+        max_symbols_per_frame=max_symbols,
+        lm_weight=alpha,
+        pruning=pruning,
+        blank_lm_scoring=scoring,
+    )
     decoder_class = AlsdBeamSearch
     if pruning == "early" and scoring == "weighted":
         decoder_class = AlsdWithNemoForcedBlank  # the results differ on this input without the quirk

@@ -70,7 +70,7 @@ class _Reference:
         """Model log-probabilities, fused scores (both over V labels with blank) and duration log-probs."""
         logits = self.model.joint_after_projection(self.frames[frame], hyp.prediction)
         log_probs = torch.log_softmax(logits[: self.num_labels], dim=-1).tolist()
-        duration_log_probs = torch.log_softmax(logits[self.num_labels:], dim=-1).tolist() if self.is_tdt else []
+        duration_log_probs = torch.log_softmax(logits[self.num_labels :], dim=-1).tolist() if self.is_tdt else []
         fused = list(log_probs)
         if self.lm is not None:
             alpha = self.config.lm_weight
@@ -139,8 +139,9 @@ class _Reference:
                     candidates.append((hyp.score + value, hyp, label, duration))
             candidates = [c for c in candidates if c[0] > -math.inf]
             candidates.sort(key=lambda c: c[0], reverse=True)
-            extended = [self.extend(parent, label, duration, score)
-                        for score, parent, label, duration in candidates[:beam_size]]
+            extended = [
+                self.extend(parent, label, duration, score) for score, parent, label, duration in candidates[:beam_size]
+            ]
             beam = self.merge(extended, by_frame=self.is_tdt)
         return self.ranked(beam)
 
@@ -151,8 +152,9 @@ class _Reference:
         if self.config.pruning == "early":  # the model's best labels, scored with the LM afterwards
             labels = sorted(labels, key=lambda y: log_probs[y], reverse=True)[:beam_size]
         if self.is_tdt:
-            pairs = [(fused[y] + duration_log_probs[i], y, d)
-                     for y in labels for i, d in enumerate(self.model.durations)]
+            pairs = [
+                (fused[y] + duration_log_probs[i], y, d) for y in labels for i, d in enumerate(self.model.durations)
+            ]
         else:
             pairs = [(fused[y], y, 1 if y == self.blank else 0) for y in labels]
         return sorted(pairs, key=lambda p: p[0], reverse=True)[:beam_size]
@@ -176,8 +178,11 @@ class _Reference:
             if config.beam_size > 1 and not self.is_tdt:  # prefix search, with the scores from before it
                 updated = []
                 for hyp in beam:
-                    through = [x.score + scored[id(x)][1][hyp.tokens[-1]]
-                               for x in beam if hyp.tokens and x.tokens == hyp.tokens[:-1]]
+                    through = [
+                        x.score + scored[id(x)][1][hyp.tokens[-1]]
+                        for x in beam
+                        if hyp.tokens and x.tokens == hyp.tokens[:-1]
+                    ]
                     score = logsumexp([hyp.score] + through) if through else hyp.score
                     updated.append(replace(hyp, score=score))
                 scored = {id(new): scored[id(old)] for new, old in zip(updated, beam)}
@@ -200,8 +205,10 @@ class _Reference:
                     candidates = self.without_duplicates(beam, candidates)
                 candidates = [c for c in candidates if c[0] > -math.inf]
                 candidates.sort(key=lambda c: c[0], reverse=True)
-                beam = [self.extend(parent, label, duration, score)
-                        for score, parent, label, duration in candidates[: config.beam_size]]
+                beam = [
+                    self.extend(parent, label, duration, score)
+                    for score, parent, label, duration in candidates[: config.beam_size]
+                ]
                 if self.is_tdt:
                     beam = self.merge(beam, by_frame=True)
                 # hypotheses still on the frame got a label that stays there (RNN-T: any; TDT: duration 0)
@@ -230,8 +237,11 @@ class _Reference:
         duration), ranked by the model's scores (early pruning) or the fused ones (late)."""
         ranking = log_probs if self.config.pruning == "early" else fused
         if self.is_tdt:
-            options = [(ranking[y] + duration_log_probs[i], fused[y] + duration_log_probs[i], y, d)
-                       for y in range(self.num_labels) for i, d in enumerate(self.model.durations)]
+            options = [
+                (ranking[y] + duration_log_probs[i], fused[y] + duration_log_probs[i], y, d)
+                for y in range(self.num_labels)
+                for i, d in enumerate(self.model.durations)
+            ]
         else:
             options = [(ranking[y], fused[y], y, 1 if y == self.blank else 0) for y in range(self.num_labels)]
         options.sort(key=lambda o: o[0], reverse=True)
@@ -258,23 +268,42 @@ class _Reference:
 
 
 def to_hypothesis(hyp: Hyp, is_tdt: bool) -> Hypothesis:
-    return Hypothesis(tokens=list(hyp.tokens), frame_indices=list(hyp.frames),
-                      durations=list(hyp.durations) if is_tdt else None, token_scores=[], score=hyp.score)
+    return Hypothesis(
+        tokens=list(hyp.tokens),
+        frame_indices=list(hyp.frames),
+        durations=list(hyp.durations) if is_tdt else None,
+        token_scores=[],
+        score=hyp.score,
+    )
 
 
 @torch.no_grad()
-def alsd_decode(model: TransducerModel, encoder_output: torch.Tensor, encoder_lengths: torch.Tensor,
-                config: BeamSearchConfig, lm: LanguageModel | None = None) -> list[list[Hypothesis]]:
+def alsd_decode(
+    model: TransducerModel,
+    encoder_output: torch.Tensor,
+    encoder_lengths: torch.Tensor,
+    config: BeamSearchConfig,
+    lm: LanguageModel | None = None,
+) -> list[list[Hypothesis]]:
     """encoder_output [B, T, D], encoder_lengths [B] -> per utterance its hypotheses, best first."""
     reference = _Reference(model, config, lm)
-    return [[to_hypothesis(h, reference.is_tdt) for h in reference.alsd(encoder_output[b, : int(length)])]
-            for b, length in enumerate(encoder_lengths.tolist())]
+    return [
+        [to_hypothesis(h, reference.is_tdt) for h in reference.alsd(encoder_output[b, : int(length)])]
+        for b, length in enumerate(encoder_lengths.tolist())
+    ]
 
 
 @torch.no_grad()
-def maes_decode(model: TransducerModel, encoder_output: torch.Tensor, encoder_lengths: torch.Tensor,
-                config: BeamSearchConfig, lm: LanguageModel | None = None) -> list[list[Hypothesis]]:
+def maes_decode(
+    model: TransducerModel,
+    encoder_output: torch.Tensor,
+    encoder_lengths: torch.Tensor,
+    config: BeamSearchConfig,
+    lm: LanguageModel | None = None,
+) -> list[list[Hypothesis]]:
     """encoder_output [B, T, D], encoder_lengths [B] -> per utterance its hypotheses, best first."""
     reference = _Reference(model, config, lm)
-    return [[to_hypothesis(h, reference.is_tdt) for h in reference.maes(encoder_output[b, : int(length)])]
-            for b, length in enumerate(encoder_lengths.tolist())]
+    return [
+        [to_hypothesis(h, reference.is_tdt) for h in reference.maes(encoder_output[b, : int(length)])]
+        for b, length in enumerate(encoder_lengths.tolist())
+    ]
