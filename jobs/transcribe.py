@@ -77,6 +77,8 @@ def parser() -> argparse.ArgumentParser:
     dec.add_argument("--ctc-collapse-threshold", type=_collapse_threshold,
                      help="ctc_beam: blank collapse before the search of frames whose p(blank) exceeds this; 'weak': "
                           f"frames whose argmax is blank; 0: off (default: {decoding.ctc_collapse_threshold})")
+    dec.add_argument("--no-cuda-graphs", dest="use_cuda_graphs", action="store_false", default=None,
+                     help="run the transducer decoding loops eagerly on a GPU instead of replaying CUDA graphs")
     dec.add_argument("--ctc-insertion-bonus", type=float, help="ctc_beam: score added per label (default: 0)")
     res = p.add_argument_group("resources")
     res.add_argument("--device", choices=("auto", "cpu", "cuda"),
@@ -126,7 +128,7 @@ def config_from_args(args: argparse.Namespace) -> TranscribeJobConfig:
             "strategy": args.strategy, "beam_size": args.beam_size, "max_symbols": args.max_symbols,
             "window_size": args.window_size, "lm_uri": args.lm_uri, "lm_sha256": args.lm_sha256,
             "lm_weight": args.lm_weight, "pruning": args.pruning, "blank_lm_scoring": args.blank_lm_scoring,
-            "ctc_insertion_bonus": args.ctc_insertion_bonus,
+            "ctc_insertion_bonus": args.ctc_insertion_bonus, "use_cuda_graphs": args.use_cuda_graphs,
         },
         "resources": {
             "device": args.device, "gpu_actors": args.gpu_actors, "cpu_actors": args.cpu_actors,
@@ -165,12 +167,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not Path(config.model.uri).exists() and "://" not in config.model.uri:
         raise SystemExit(f"no model at {config.model.uri}: pass --model PATH_OR_URI (a NeMo .nemo file)")
-    from pipeline.graph import OutputMismatchError, run_transcription
+    from pipeline.graph import JobError, run_transcription
 
     connect(config)
     try:
         summary = run_transcription(config)
-    except (OutputMismatchError, FileNotFoundError) as error:
+    except (JobError, FileNotFoundError) as error:
         raise SystemExit(f"loopscribe: {error}") from None
     print(json.dumps(summary, indent=2, sort_keys=True))
     print(f"loopscribe: {summary['rows_ok']} transcripts ok, {summary['rows_error']} error rows -> "

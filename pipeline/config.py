@@ -60,6 +60,7 @@ class DecodingConfig:
     ctc_collapse_threshold: float | Literal["weak"] | None = 0.9
     ctc_insertion_bonus: float = 0.0  # ctc_beam: added per label
     ctc_beam_threshold: float = 20.0  # ctc_beam: drop candidates this far below the best
+    use_cuda_graphs: bool = True  # transducer greedy and beam loops replay CUDA graphs on a GPU
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:

@@ -24,7 +24,7 @@ from typing import Any
 from pipeline import schema, sink, stages
 from pipeline.config import TranscribeJobConfig
 from pipeline.manifest import expand_manifest_uris
-from pipeline.models import fetch_model, file_sha256, sample_rate_of
+from pipeline.models import fetch_model, file_sha256, read_nemo_config, sample_rate_of
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,11 @@ FINISH_ACTOR_CPUS = 0.25  # detokenization and writes (CTC beam search takes mor
 AUDIO_BATCH_ROWS = 16
 
 
-class OutputMismatchError(ValueError):
+class JobError(ValueError):
+    """A job that cannot run as configured: the message says why, for the user."""
+
+
+class OutputMismatchError(JobError):
     """The output folder holds results made with another model or decoding."""
 
 
@@ -61,6 +65,22 @@ def model_identity(config: TranscribeJobConfig) -> tuple[Path, str]:
     path = fetch_model(config.model.uri, sha256=config.model.sha256, cache_dir=f"{config.model.cache_dir}/models")
     digest = config.model.sha256 or file_sha256(path)
     return path, f"{config.model.uri.rstrip('/').rsplit('/', 1)[-1]} sha256:{digest[:16]}"
+
+
+def check_decoding_fits(nemo_config: dict[str, Any], config: TranscribeJobConfig) -> None:
+    """Refuse, before any actor starts, a strategy the model's heads cannot run (from its `.nemo` config)."""
+    has_transducer = "joint" in nemo_config
+    has_ctc = "aux_ctc" in nemo_config or not has_transducer
+    is_tdt = bool((nemo_config.get("model_defaults") or {}).get("tdt_durations"))
+    strategy = config.decoding.strategy
+    name = config.model.uri
+    if config.decoding.head == "ctc" and not has_ctc:
+        raise JobError(f"--decoding {strategy} needs a CTC head; {name} is a transducer without one")
+    if config.decoding.head == "transducer" and strategy != "greedy" and not has_transducer:
+        raise JobError(f"--decoding {strategy} needs a transducer head; {name} is CTC only (use greedy, "
+                         "ctc_greedy or ctc_beam)")
+    if strategy == "wind_beam" and is_tdt:
+        raise JobError(f"--decoding wind_beam supports RNN-T only; {name} is TDT (use alsd or aes)")
 
 
 def resolve_device(config: TranscribeJobConfig) -> str:
@@ -117,7 +137,9 @@ def run_transcription(config: TranscribeJobConfig, progress: Callable[[str], Non
     check_output(config)
     manifest_uris = expand_manifest_uris(config.manifests)
     model_path, model_id = model_identity(config)
-    sample_rate = sample_rate_of(model_path)
+    nemo_config = read_nemo_config(model_path)
+    check_decoding_fits(nemo_config, config)
+    sample_rate = sample_rate_of(nemo_config)
     device = resolve_device(config)
     sink.write_json(config.output, sink.CONFIG_FILE, {
         "config": config.to_dict(), "identity": config.results_identity(), "model_id": model_id,

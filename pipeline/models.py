@@ -158,12 +158,11 @@ def read_nemo_config(path: Path | str) -> dict[str, Any]:
     raise ValueError(f"{path}: no model_config.yaml inside (not a .nemo file?)")
 
 
-def sample_rate_of(path: Path | str) -> int:
-    """The sample rate a `.nemo` model expects its audio at."""
-    config = read_nemo_config(path)
+def sample_rate_of(config: dict[str, Any]) -> int:
+    """The sample rate a model expects its audio at, from its config (`read_nemo_config`)."""
     rate = config.get("sample_rate") or (config.get("preprocessor") or {}).get("sample_rate")
     if not rate:
-        raise ValueError(f"{path}: the model config names no sample_rate")
+        raise ValueError("the model config names no sample_rate")
     return int(rate)
 
 

@@ -194,13 +194,14 @@ def build_decoder(model: AsrModel, decoding: DecodingConfig, lm: NgramLm | None 
     lm_weight = decoding.lm_weight if lm is not None else 0.0
     if strategy in ("greedy", "wind_greedy"):
         window = decoding.window_size if strategy == "wind_greedy" else 1
-        return LabelLoopingGreedy(transducer, GreedyConfig(max_symbols=max_symbols, window_size=window,
-                                                           lm_weight=lm_weight), lm), span_kind
+        return LabelLoopingGreedy(transducer, GreedyConfig(
+            max_symbols=max_symbols, window_size=window, lm_weight=lm_weight,
+            use_cuda_graphs=decoding.use_cuda_graphs), lm), span_kind
     if strategy == "wind_beam" and transducer.durations:
         raise ValueError("decoding strategy 'wind_beam' supports RNN-T only; this model is TDT (use alsd or aes)")
     config = BeamSearchConfig(beam_size=decoding.beam_size, max_symbols_per_frame=max_symbols, lm_weight=lm_weight,
                               blank_lm_scoring=decoding.blank_lm_scoring, pruning=decoding.pruning,
-                              window_size=decoding.window_size)
+                              window_size=decoding.window_size, use_cuda_graphs=decoding.use_cuda_graphs)
     search = {"alsd": AlsdBeamSearch, "aes": AesBeamSearch, "wind_beam": WindBeamSearch}[strategy]
     return search(transducer, config, lm), span_kind
 

@@ -159,16 +159,20 @@ class TranscribeBatch:
                  load: ModelLoader = load_model) -> None:
         if device == "cpu" and resources.torch_threads is not None:
             torch.set_num_threads(resources.torch_threads)
-        self.device = device
-        self.decoding = decoding
-        self.resources = resources
-        self.model = load(model, device)
-        self.head = decoding_head(self.model, decoding)
-        if decoding.strategy == "ctc_beam":
-            self.decode = None
-        else:
-            lm = load_language_model(decoding, head_vocab_size(self.model, decoding), model.cache_dir, device)
-            self.decode, _ = build_decoder(self.model, decoding, lm)
+        self.model_config, self.device, self.decoding, self.resources, self.load = (
+            model, device, decoding, resources, load)
+        self.model: AsrModel | None = None  # loaded on the first row to decode: a resumed job that finds
+        self.decode = None  # everything committed, or a batch of error rows, costs no model load
+
+    def _ensure_loaded(self) -> None:
+        if self.model is not None:
+            return
+        self.model = self.load(self.model_config, self.device)
+        decoding_head(self.model, self.decoding)
+        if self.decoding.strategy != "ctc_beam":
+            lm = load_language_model(self.decoding, head_vocab_size(self.model, self.decoding),
+                                     self.model_config.cache_dir, self.device)
+            self.decode, _ = build_decoder(self.model, self.decoding, lm)
 
     def __call__(self, table: pa.Table) -> pa.Table:
         rows = _ok_rows(table)
@@ -177,8 +181,10 @@ class TranscribeBatch:
         failed: dict[int, str] = {}
         padded = np.zeros(table.num_rows)
         column = table.column(SAMPLES)
-        buckets = plan_batches(audio_s[rows], self.resources.batch_audio_s, self.resources.max_batch_size) if rows \
-            else []
+        buckets = []
+        if rows:
+            self._ensure_loaded()
+            buckets = plan_batches(audio_s[rows], self.resources.batch_audio_s, self.resources.max_batch_size)
         for bucket in buckets:
             indices = [rows[i] for i in bucket]
             padded[indices] = padded_seconds(audio_s[indices], [np.arange(len(indices))]) / len(indices)
@@ -217,30 +223,39 @@ class FinishAndWrite:
     """CPU stage: decoded rows -> text and word timestamps (CTC beam search first, for `ctc_beam`) -> one
     committed Parquet part -> a one-row summary of it.
 
-    Holds the model on the CPU for its tokenizer and frame timing (and CTC head's layout).
+    Holds the model on the CPU for its tokenizer, frame timing and CTC head's layout.
     """
 
     def __init__(self, model: ModelConfig, decoding: DecodingConfig, output: str, model_id: str,
                  load: ModelLoader = load_model) -> None:
-        self.model = load(model, "cpu")
-        self.head = decoding_head(self.model, decoding)
+        self.model_config, self.decoding, self.load = model, decoding, load
         self.output = output
         self.model_id = model_id
         self.decoding_id = decoding.describe()
-        if self.head == "transducer":
+        self.model: AsrModel | None = None  # loaded on the first ok row, as in TranscribeBatch
+        self.ctc_beam = None
+
+    def _ensure_loaded(self) -> None:
+        if self.model is not None:
+            return
+        self.model = self.load(self.model_config, "cpu")
+        head = decoding_head(self.model, self.decoding)
+        if head == "transducer":
             self.span_kind = "tdt" if self.model.transducer.durations else "rnnt"
         else:
             self.span_kind = "ctc"
-        self.ctc_beam = None
-        if decoding.strategy == "ctc_beam":
-            lm = load_language_model(decoding, head_vocab_size(self.model, decoding), model.cache_dir, "cpu")
-            self.ctc_beam = ctc_beam_decoder(self.model, decoding, lm)
+        if self.decoding.strategy == "ctc_beam":
+            lm = load_language_model(self.decoding, head_vocab_size(self.model, self.decoding),
+                                     self.model_config.cache_dir, "cpu")
+            self.ctc_beam = ctc_beam_decoder(self.model, self.decoding, lm)
 
     def __call__(self, table: pa.Table) -> pa.Table:
         started = time.perf_counter()
         rows = _ok_rows(table)
         failed: dict[int, str] = {}
         hypotheses: dict[int, tuple] = {}
+        if rows:
+            self._ensure_loaded()
         if self.ctc_beam is not None and rows:
             vocab = self.model.ctc.vocab_size + 1
             compact = [(np.frombuffer(table.column(CTC_LOG_PROBS)[i].as_py(), np.float16).reshape(-1, vocab),

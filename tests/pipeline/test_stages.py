@@ -197,3 +197,20 @@ def test_padding_efficiency_is_reported_per_row(rows, model_config):
     # one bucket: every row's share is the longest utterance
     assert padded[ok] == pytest.approx(np.full(ok.sum(), audio_s[ok].max()))
     assert (padded[~ok] == 0).all()
+
+
+@pytest.mark.parametrize(("kind", "strategy", "message"), [
+    ("ctc", "alsd", "needs a transducer head"),
+    ("rnnt", "ctc_beam", "needs a CTC head"),
+    ("tdt_ctc", "wind_beam", "RNN-T only"),
+])
+def test_strategies_a_model_cannot_run_are_refused_on_the_driver(nemo_assets, kind, strategy, message):
+    from pipeline.config import TranscribeJobConfig
+    from pipeline.graph import JobError, check_decoding_fits
+    from pipeline.models import read_nemo_config
+
+    path = nemo_assets["checkpoints"][kind]
+    config = TranscribeJobConfig(model=ModelConfig(uri=str(path)), decoding=DecodingConfig(strategy=strategy))
+    with pytest.raises(JobError, match=message):
+        check_decoding_fits(read_nemo_config(path), config)
+    check_decoding_fits(read_nemo_config(path), TranscribeJobConfig(model=ModelConfig(uri=str(path))))  # greedy fits
