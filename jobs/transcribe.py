@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"no model at {config.model.uri}: pass --model PATH_OR_URI (a NeMo .nemo file)")
     from pipeline.graph import JobError, run_transcription
 
+    print(f"loopscribe: {', '.join(config.manifests)} -> {config.output} ({config.decoding.describe()})", flush=True)
     connect(config)
     try:
         summary = run_transcription(config)

@@ -131,9 +131,18 @@ def output_totals(output: str) -> dict[str, Any]:
             "rows_error": statuses.count(schema.STATUS_ERROR)}
 
 
-def run_transcription(config: TranscribeJobConfig, progress: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run one job on the connected Ray cluster; returns the summary also written as `_summary.json`."""
-    started = time.perf_counter()
+def print_progress(done: dict[str, Any]) -> None:
+    print(f"loopscribe: committed {done['rows']} rows ({done['rows_error']} errors) in {done['parts']} parts, "
+          f"{done['audio_hours'] * 3600:.1f} s of audio, {done['wall_s']:.0f} s", flush=True)
+
+
+def run_transcription(config: TranscribeJobConfig,
+                      progress: Callable[[dict[str, Any]], None] = print_progress) -> dict[str, Any]:
+    """Run one job on the connected Ray cluster; returns the summary also written as `_summary.json`.
+
+    `progress` is called with the running totals of this run (`stages.summarize`) after each committed part.
+    """
+    started = time.time()
     check_output(config)
     manifest_uris = expand_manifest_uris(config.manifests)
     model_path, model_id = model_identity(config)
@@ -144,18 +153,15 @@ def run_transcription(config: TranscribeJobConfig, progress: Callable[[str], Non
     sink.write_json(config.output, sink.CONFIG_FILE, {
         "config": config.to_dict(), "identity": config.results_identity(), "model_id": model_id,
         "device": device, "manifests": manifest_uris})
-    progress(f"loopscribe: {len(manifest_uris)} manifest(s) -> {config.output} ({config.decoding.describe()}, "
-             f"{device})")
+    log.info("%d manifest(s) -> %s (%s, %s)", len(manifest_uris), config.output, config.decoding.describe(), device)
     parts: list[dict[str, Any]] = []
     dataset = build_transcription(config, manifest_uris, sample_rate, device, model_id)
     for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
         for part in batch.to_pylist():
             parts.append(part)
-            done = stages.summarize(parts, time.perf_counter() - started)
-            progress(f"loopscribe: committed {done['rows']} rows ({done['rows_error']} errors) in {done['parts']} "
-                     f"parts, {done['audio_hours'] * 3600:.1f} s of audio, {done['wall_s']:.0f} s")
+            progress(stages.summarize(parts, started))
     removed = sink.deduplicate(config.output)
-    summary = stages.summarize(parts, time.perf_counter() - started)
+    summary = stages.summarize(parts, started)
     summary = {**output_totals(config.output), "this_run": summary, "duplicates_removed": removed,
                "model_id": model_id, "decoding": config.decoding.describe(), "device": device}
     sink.mark_success(config.output, summary)

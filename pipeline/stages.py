@@ -60,6 +60,7 @@ CTC_FRAMES = "ctc_frames"  # original frame of each of the T' frames (ctc_beam)
 # the summary row FinishAndWrite returns per committed part
 PART = "part"
 ROWS, ROWS_OK, ROWS_ERROR = "rows", "rows_ok", "rows_error"
+COMMITTED_AT = "committed_at"  # Unix time the part was committed
 
 ModelLoader = Callable[[ModelConfig, str], AsrModel]
 
@@ -298,13 +299,20 @@ class FinishAndWrite:
             AUDIO_S: [float(np.sum(audio_s))],
             PADDED_S: [float(np.sum(table.column(PADDED_S).to_numpy(zero_copy_only=False)))],
             "finish_s": [time.perf_counter() - started],
+            COMMITTED_AT: [time.time()],
         })
 
 
-def summarize(parts: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
-    """Summary rows of this run's parts -> the job summary written beside the output."""
+def summarize(parts: list[dict[str, Any]], started_at: float) -> dict[str, Any]:
+    """Summary rows of this run's parts, and the Unix time the run started -> the run's figures."""
+    wall_s = time.time() - started_at
     audio_s = sum(p[AUDIO_S] for p in parts)
     padded_s = sum(p[PADDED_S] for p in parts)
+    # once the first part is committed every stage is running: the rate from there on is the steady state
+    # (the wall-clock RTFx also counts starting actors and loading models, which dominates short jobs)
+    ordered = sorted(parts, key=lambda p: p[COMMITTED_AT])
+    span_s = ordered[-1][COMMITTED_AT] - ordered[0][COMMITTED_AT] if len(ordered) > 1 else 0.0
+    steady_rtfx = sum(p[AUDIO_S] for p in ordered[1:]) / span_s if span_s > 0 else None
     return {
         "rows": sum(p[ROWS] for p in parts),
         "rows_ok": sum(p[ROWS_OK] for p in parts),
@@ -314,4 +322,6 @@ def summarize(parts: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         "wall_s": wall_s,
         "rtfx": audio_s / wall_s if wall_s > 0 else None,
         "padding_efficiency": audio_s / padded_s if padded_s > 0 else None,
+        "steady_rtfx": steady_rtfx,
+        "first_part_s": ordered[0][COMMITTED_AT] - started_at if ordered else None,
     }

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -106,6 +107,7 @@ def ray_cluster(s3, tmp_path_factory):
     DataContext.get_current().enable_progress_bars = False
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def job_config(corpus, output, cache_dir, decoding=None):

@@ -105,11 +105,11 @@ def test_bad_rows_become_error_rows_naming_manifest_line_and_cause(rows, model_c
     assert by_line[6][schema.AUDIO_FILEPATH].endswith("/corrupt.wav") and "corrupt.wav" in by_line[6][schema.ERROR]
     ok = [r for r in table.to_pylist() if r[schema.STATUS] == schema.STATUS_OK]
     assert len(ok) == 8 and all(r[schema.ERROR] == "" and r[schema.TEXT] for r in ok)
-    assert summary.to_pylist()[0] | {"finish_s": 0} == {
+    assert summary.to_pylist()[0] | {"finish_s": 0, stages.COMMITTED_AT: 0} == {
         stages.PART: sink.list_parts(str(tmp_path / "out"))[0].rsplit("/", 1)[-1], stages.ROWS: 15,
         stages.ROWS_OK: 8, stages.ROWS_ERROR: 7, stages.AUDIO_S: pytest.approx(
             sum(len(w) for w in audio.column(stages.SAMPLES).to_pylist()) / 16000),
-        stages.PADDED_S: summary.column(stages.PADDED_S)[0].as_py(), "finish_s": 0}
+        stages.PADDED_S: summary.column(stages.PADDED_S)[0].as_py(), "finish_s": 0, stages.COMMITTED_AT: 0}
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "ctc_greedy", "alsd"])
