@@ -214,3 +214,38 @@ def test_strategies_a_model_cannot_run_are_refused_on_the_driver(nemo_assets, ki
     with pytest.raises(JobError, match=message):
         check_decoding_fits(read_nemo_config(path), config)
     check_decoding_fits(read_nemo_config(path), TranscribeJobConfig(model=ModelConfig(uri=str(path))))  # greedy fits
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "ctc_beam"])
+def test_the_lm_is_fetched_once_and_fused_as_in_process(nemo_assets, rows, model_config, tmp_path, strategy):
+    from decoders.ngram.build import build_lm
+    from pipeline.recognize import build_decoder, load_language_model
+
+    tokenizer_dir = nemo_assets["checkpoints"]["tdt_ctc"].parent / "tokenizer"
+    lm_path = tmp_path / "domain.lm"
+    build_lm([tokenizer_dir / "text.txt"], tokenizer_dir / "tokenizer.model", lm_path, order=3, tool="varikn")
+    decoding = DecodingConfig(strategy=strategy, lm_uri=str(lm_path), lm_weight=0.8, ctc_collapse_threshold="weak")
+    run_stages(rows, model_config, decoding, tmp_path / "out")
+    results = {r[schema.AUDIO_FILEPATH]: r for r in sink.read_output(str(tmp_path / "out")).to_pylist()}
+    model = LOAD(model_config, "cpu")
+    vocab = model.ctc.vocab_size if strategy == "ctc_beam" else model.transducer.vocab_size
+    lm = load_language_model(decoding, vocab, str(tmp_path / "cache"))
+    plain = DecodingConfig(strategy=strategy, ctc_collapse_threshold="weak")
+    changed = 0
+    for path, waveform in zip(nemo_assets["files"], nemo_assets["waveforms"]):
+        audio, lengths = pad_waveforms([waveform])
+        encoder_output, encoder_lengths = model.encode(audio, lengths)
+        texts = []
+        for config, language_model in ((decoding, lm), (plain, None)):
+            if strategy == "ctc_beam":
+                compact = compact_ctc_log_probs(model, encoder_output, encoder_lengths, "weak")
+                h = ctc_beam_decoder(model, config, language_model)(compact)[0]
+                kind = "ctc"
+            else:
+                decode, kind = build_decoder(model, config, language_model)
+                h = decode(encoder_output, encoder_lengths).to_list()[0]
+            texts.append(transcript_of(model, kind, h.tokens, h.frame_indices, h.durations, h.score).text)
+        assert results[str(path)][schema.TEXT] == texts[0]
+        changed += texts[0] != texts[1]
+        assert "lm_weight=0.8" in results[str(path)][schema.DECODING]
+    assert changed > 0  # the LM did change some transcripts
