@@ -115,7 +115,7 @@ class ResourcesConfig:
     ctc_actors: int = 1  # CPU actors for detokenization, word timestamps, CTC beam search and writing parts
     batch_audio_s: float = 300.0  # padded audio seconds per encoder batch (length bucketing bound)
     max_batch_size: int = 64  # utterances per encoder batch
-    window_rows: int = 256  # rows the ASR stage receives at once and buckets by length (the streaming window)
+    window_rows: int = 1024  # rows the ASR stage receives at once and buckets by length (the streaming window)
     part_rows: int = 256  # rows per committed Parquet part
     asr_actor_cpus: float | None = None  # CPUs reserved per ASR actor; None: 1 with a GPU, 0.5 without
     torch_threads: int | None = None  # torch threads per ASR actor on the CPU; None: torch's default

@@ -21,6 +21,7 @@ Dims: B batch, S samples, T encoder frames, T' frames after blank collapse, V la
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -67,6 +68,34 @@ ModelLoader = Callable[[ModelConfig, str], AsrModel]
 
 def load_model(model: ModelConfig, device: str) -> AsrModel:
     return load_asr_model(model.uri, sha256=model.sha256, cache_dir=f"{model.cache_dir}/models", device=device)
+
+
+class _BackgroundLoad:
+    """Loads a model in a thread started at once; `get()` waits for it and re-raises its error.
+
+    Stages start loading in `__init__`, so the actors of every stage load their models at the same time as
+    the first audio is fetched, instead of one after the other as the first batch reaches each (which made a
+    short job wait for two model loads in a row); and `__init__` itself returns at once.
+    """
+
+    def __init__(self, load: Callable[[], AsrModel]) -> None:
+        self._result: AsrModel | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(load,), name="load-model", daemon=True)
+        self._thread.start()
+
+    def _run(self, load: Callable[[], AsrModel]) -> None:
+        try:
+            self._result = load()
+        except BaseException as error:  # re-raised in the stage's thread by get()
+            self._error = error
+
+    def get(self) -> AsrModel:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
 
 
 def _fail(table: pa.Table, failed: dict[int, str]) -> pa.Table:
@@ -162,13 +191,14 @@ class TranscribeBatch:
             torch.set_num_threads(resources.torch_threads)
         self.model_config, self.device, self.decoding, self.resources, self.load = (
             model, device, decoding, resources, load)
-        self.model: AsrModel | None = None  # loaded on the first row to decode: a resumed job that finds
-        self.decode = None  # everything committed, or a batch of error rows, costs no model load
+        self.model: AsrModel | None = None
+        self.decode = None
+        self._loading = _BackgroundLoad(lambda: load(model, device))
 
     def _ensure_loaded(self) -> None:
         if self.model is not None:
             return
-        self.model = self.load(self.model_config, self.device)
+        self.model = self._loading.get()
         decoding_head(self.model, self.decoding)
         if self.decoding.strategy != "ctc_beam":
             lm = load_language_model(self.decoding, head_vocab_size(self.model, self.decoding),
@@ -233,13 +263,14 @@ class FinishAndWrite:
         self.output = output
         self.model_id = model_id
         self.decoding_id = decoding.describe()
-        self.model: AsrModel | None = None  # loaded on the first ok row, as in TranscribeBatch
+        self.model: AsrModel | None = None
         self.ctc_beam = None
+        self._loading = _BackgroundLoad(lambda: load(model, "cpu"))
 
     def _ensure_loaded(self) -> None:
         if self.model is not None:
             return
-        self.model = self.load(self.model_config, "cpu")
+        self.model = self._loading.get()
         head = decoding_head(self.model, self.decoding)
         if head == "transducer":
             self.span_kind = "tdt" if self.model.transducer.durations else "rnnt"
