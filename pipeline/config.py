@@ -158,7 +158,7 @@ class TranscribeJobConfig:
     def results_identity(self) -> dict[str, Any]:
         """What makes two runs' rows the same kind of result: rows of another identity must not be mixed in."""
         return {"model": dataclasses.asdict(self.model) | {"cache_dir": None},
-                "decoding": dataclasses.asdict(self.decoding)}
+                "decoding": dataclasses.asdict(self.decoding) | {"use_cuda_graphs": None}}  # same results either way
 
 
 _SECTIONS = {"model": ModelConfig, "decoding": DecodingConfig, "resources": ResourcesConfig}
