@@ -50,10 +50,20 @@ def check_output(config: TranscribeJobConfig) -> None:
         return
     with filesystem.open(path, "r") as handle:
         earlier = json.load(handle).get("identity")
-    if earlier is not None and earlier != _jsonable(config.results_identity()):
+    if earlier is not None and _differs(earlier, _jsonable(config.results_identity())):
         raise OutputMismatchError(
             f"{config.output} holds results of another model or decoding ({sink.CONFIG_FILE}: {earlier}); "
             "write to a new output, or delete this one to start over")
+
+
+def _differs(earlier: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether two results identities differ in a setting both know (a setting added by a later version of
+    loopscribe does not make an older output foreign)."""
+    for section in set(earlier) & set(now):
+        before, after = earlier[section] or {}, now[section] or {}
+        if any(before[key] != after[key] for key in set(before) & set(after)):
+            return True
+    return False
 
 
 def _jsonable(value: Any) -> Any:
