@@ -166,7 +166,7 @@ def run_transcription(config: TranscribeJobConfig,
     log.info("%d manifest(s) -> %s (%s, %s)", len(manifest_uris), config.output, config.decoding.describe(), device)
     parts: list[dict[str, Any]] = []
     dataset = build_transcription(config, manifest_uris, sample_rate, device, model_id)
-    for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+    for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
         for part in batch.to_pylist():
             parts.append(part)
             progress(stages.summarize(parts, started))
