@@ -61,7 +61,7 @@ from torch import Tensor
 
 from decoders.hypotheses import NO_LABEL, BatchedHypotheses, BeamTree, extend_hashes
 from decoders.protocols import LanguageModel, PredictorState, TransducerModel
-from decoders.transducer_greedy import check_encoder_inputs
+from decoders.transducer_greedy import capture_cuda_graphs, check_encoder_inputs
 
 BLANK_PROBABILITY_CLAMP = 1e-2  # p(blank) <= 1 - this in weighted blank scoring (NeMo's value for bf16)
 NEG_INF = float("-inf")
@@ -710,19 +710,7 @@ class _CudaGraphsRunner:
         """name -> what runs the piece: the replay of its captured graph (or, without capture, the piece)."""
         if not self.capture:
             return dict(pieces)
-        device = self.state.encoder_projected.device
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            for piece in pieces.values():  # warm up kernels and the allocator outside capture
-                piece()
-        torch.cuda.current_stream(device).wait_stream(stream)
-        self.graphs = {}
-        for name, piece in pieces.items():
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream):
-                piece()
-            self.graphs[name] = graph
+        self.graphs = capture_cuda_graphs(pieces, self.state.encoder_projected.device)
         return {name: graph.replay for name, graph in self.graphs.items()}
 
     @torch.no_grad()

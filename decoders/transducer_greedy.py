@@ -28,6 +28,7 @@ Dims: B batch, T frames, D encoder features, H joint hidden, V labels with blank
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -340,6 +341,25 @@ class LabelLoopingGreedy:
         torch.less(state.time, state.encoder_lengths, out=state.active)
 
 
+def capture_cuda_graphs(pieces: dict[str, Callable[[], None]],
+                        device: torch.device) -> dict[str, torch.cuda.CUDAGraph]:
+    """name -> CUDA graph of each piece (a function on preallocated tensors), captured on a side stream after
+    one warm-up run of every piece outside capture (kernels and the caching allocator must be ready)."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for piece in pieces.values():
+            piece()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graphs = {}
+    for name, piece in pieces.items():
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            piece()
+        graphs[name] = graph
+    return graphs
+
+
 class _CudaGraphsRunner:
     """Replays CUDA graphs of the label-looping loop bodies (NeMo's "no_while_loops" mode).
 
@@ -366,18 +386,7 @@ class _CudaGraphsRunner:
             "inner": lambda: decoder._inner_search(self.state),
             "after": lambda: decoder._after_search(self.state),
         }
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            for step in steps.values():  # warm up kernels and allocator outside capture
-                step()
-        torch.cuda.current_stream(device).wait_stream(stream)
-        self.graphs = {}
-        for name, step in steps.items():
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream):
-                step()
-            self.graphs[name] = graph
+        self.graphs = capture_cuda_graphs(steps, device)
 
     def __call__(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
         batch_size, max_time, _ = encoder_output.shape
