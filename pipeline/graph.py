@@ -114,6 +114,9 @@ def build_transcription(config: TranscribeJobConfig, manifest_uris: list[str], s
     dataset = dataset.flat_map(
         stages.ReadManifests, fn_constructor_kwargs={"output": config.output},
         compute=ActorPoolStrategy(size=1), num_cpus=READ_ACTOR_CPUS)
+    # manifest rows leave the reader in blocks of about a thousand; each later task works on whole blocks, so
+    # without this split one block would go through every stage as a unit and its parts would commit together
+    dataset = dataset.repartition(target_num_rows_per_block=AUDIO_BATCH_ROWS)
     dataset = dataset.map_batches(
         stages.LoadAudio, fn_constructor_kwargs={"sample_rate": sample_rate}, batch_format="pyarrow",
         batch_size=AUDIO_BATCH_ROWS, compute=ActorPoolStrategy(size=resources.cpu_actors),
