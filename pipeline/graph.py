@@ -28,7 +28,7 @@ from pipeline.models import fetch_model, file_sha256, read_nemo_config, sample_r
 
 log = logging.getLogger(__name__)
 
-READ_ACTOR_CPUS = 0.1  # manifest reading is I/O
+READ_CPUS = 0.1  # manifest reading is I/O
 AUDIO_ACTOR_CPUS = 0.25  # fetch + decode + resample: mostly I/O and libsndfile/soxr
 FINISH_ACTOR_CPUS = 0.25  # detokenization and writes (CTC beam search takes more: see build_transcription)
 AUDIO_BATCH_ROWS = 16
@@ -111,12 +111,13 @@ def build_transcription(config: TranscribeJobConfig, manifest_uris: list[str], s
     asr_cpus = resources.asr_actor_cpus or (1.0 if device == "cuda" else 0.5)
     finish_cpus = 1.0 if config.decoding.strategy == "ctc_beam" else FINISH_ACTOR_CPUS
     dataset = ray.data.from_items([{schema.MANIFEST: uri} for uri in manifest_uris])
-    dataset = dataset.flat_map(
-        stages.ReadManifests, fn_constructor_kwargs={"output": config.output},
-        compute=ActorPoolStrategy(size=1), num_cpus=READ_ACTOR_CPUS)
-    # manifest rows leave the reader in blocks of about a thousand; each later task works on whole blocks, so
-    # without this split one block would go through every stage as a unit and its parts would commit together
-    dataset = dataset.repartition(target_num_rows_per_block=AUDIO_BATCH_ROWS)
+    # Ray Data merges the reader's small tables into blocks of about a thousand rows, and every later stage
+    # works on whole blocks, so parts commit a thousand rows at a time. `repartition(target_num_rows_per_block=
+    # 16)` after the reader makes them commit steadily, but it is a separate task that wants a whole CPU, and on
+    # a 2-CPU machine whose actors hold the rest the job hung: left out until that is solved.
+    dataset = dataset.map_batches(
+        stages.ReadManifests(sink.committed_ids(config.output), chunk_rows=AUDIO_BATCH_ROWS),
+        batch_size=1, batch_format="pyarrow", num_cpus=READ_CPUS)
     dataset = dataset.map_batches(
         stages.LoadAudio, fn_constructor_kwargs={"sample_rate": sample_rate}, batch_format="pyarrow",
         batch_size=AUDIO_BATCH_ROWS, compute=ActorPoolStrategy(size=resources.cpu_actors),

@@ -137,15 +137,27 @@ INPUT_SCHEMA = pa.schema([
 
 
 class ReadManifests:
-    """CPU stage: a manifest URI -> its rows (error rows included) not yet committed under `output`."""
+    """CPU stage: manifest URIs -> their rows (error rows included) not yet committed, as tables of `chunk_rows`.
 
-    def __init__(self, output: str) -> None:
-        self.committed = sink.committed_ids(output)  # read once per actor, not once per manifest
+    Called as a function (Ray tasks), with the committed ids read once by the driver. The rows leave in small
+    tables so that the next stages work (and the writer commits) steadily, not a whole manifest at a time.
+    """
 
-    def __call__(self, row: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        for entry in read_manifest(row[schema.MANIFEST]):
-            if entry[schema.UTTERANCE_ID] not in self.committed:
-                yield entry
+    def __init__(self, committed: set[str] | frozenset[str], chunk_rows: int = 16) -> None:
+        self.committed = committed
+        self.chunk_rows = chunk_rows
+
+    def __call__(self, batch: pa.Table) -> Iterator[pa.Table]:
+        for uri in batch.column(schema.MANIFEST).to_pylist():
+            rows: list[dict[str, Any]] = []
+            for entry in read_manifest(uri):
+                if entry[schema.UTTERANCE_ID] not in self.committed:
+                    rows.append(entry)
+                if len(rows) == self.chunk_rows:
+                    yield pa.Table.from_pylist(rows, schema=INPUT_SCHEMA)
+                    rows = []
+            if rows:
+                yield pa.Table.from_pylist(rows, schema=INPUT_SCHEMA)
 
 
 class LoadAudio:

@@ -18,9 +18,10 @@ from pipeline.config import BUNDLED_MANIFEST, BUNDLED_MODEL, REPOSITORY
 
 pytestmark = pytest.mark.nemo
 
-# measured on the 20 samples with the model committed on 2026-11-22 (training step ~3,500): see docs/demo_model.md
-MAX_WER = {"transducer": 0.80, "ctc": 0.88}
-MAX_CER = {"transducer": 0.58, "ctc": 0.55}
+# measured on the 20 samples with the model committed on 2026-11-22 (step 4,562, dev WER 68%): WER 63.0% / 71.2%,
+# CER 42.1% / 41.0% (RNN-T / CTC); see docs/demo_model.md
+MAX_WER = {"transducer": 0.70, "ctc": 0.78}
+MAX_CER = {"transducer": 0.48, "ctc": 0.47}
 
 
 def samples():
@@ -61,7 +62,8 @@ def test_quickstart_command_transcribes_the_samples(tmp_path):
                           "--cache-dir", str(tmp_path / "cache"), "--torch-threads", "1"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert f"-> {output}" in run.stdout.splitlines()[-1]
+    assert any(line.startswith("loopscribe: 20 transcripts ok, 0 error rows -> " + str(output))
+               for line in run.stdout.splitlines())
     table = sink.read_output(str(output))
     assert table.num_rows == 20 and set(table.column(schema.STATUS).to_pylist()) == {schema.STATUS_OK}
     assert all(words for words in table.column(schema.WORDS).to_pylist())
