@@ -109,7 +109,9 @@ def build_transcription(config: TranscribeJobConfig, manifest_uris: list[str], s
 
     resources = config.resources
     asr_cpus = resources.asr_actor_cpus or (1.0 if device == "cuda" else 0.5)
-    finish_cpus = 1.0 if config.decoding.strategy == "ctc_beam" else FINISH_ACTOR_CPUS
+    # CTC beam search is real CPU work: a whole CPU per writer on a GPU cluster; on a CPU-only machine the ASR
+    # actors share the same few cores, and a whole CPU more would leave none for the manifest reader
+    finish_cpus = 1.0 if config.decoding.strategy == "ctc_beam" and device == "cuda" else FINISH_ACTOR_CPUS
     dataset = ray.data.from_items([{schema.MANIFEST: uri} for uri in manifest_uris])
     # Ray Data merges the reader's small tables into blocks of about a thousand rows, and every later stage
     # works on whole blocks, so parts commit a thousand rows at a time. `repartition(target_num_rows_per_block=
