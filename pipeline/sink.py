@@ -89,6 +89,9 @@ def write_part(output_uri: str, table: pa.Table) -> str:
 
 def list_parts(output_uri: str) -> list[str]:
     filesystem, root = _filesystem(output_uri)
+    # other processes (the writer actors) add parts: a listing cached by this process's filesystem object
+    # (s3fs, gcsfs keep one per instance) would hide them from the resume scan, the dedupe and the summary
+    filesystem.invalidate_cache(root)
     if not filesystem.exists(root):
         return []
     return sorted(path for path in filesystem.ls(root, detail=False)
@@ -148,6 +151,7 @@ def mark_success(output_uri: str, summary: dict[str, Any]) -> None:
 
 def is_complete(output_uri: str) -> bool:
     filesystem, root = _filesystem(output_uri)
+    filesystem.invalidate_cache(root)
     return filesystem.exists(f"{root.rstrip('/')}/{SUCCESS_FILE}")
 
 

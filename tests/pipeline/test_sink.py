@@ -14,6 +14,7 @@ from pipeline.sink import (
     part_name,
     read_output,
     to_output_table,
+    write_json,
     write_part,
 )
 
@@ -67,3 +68,23 @@ def test_deduplicate_leaves_every_row_once(tmp_path):
 def test_missing_output_has_nothing_committed(tmp_path):
     assert committed_ids(str(tmp_path / "none")) == set()
     assert read_output(str(tmp_path / "none")).num_rows == 0
+
+
+def test_parts_written_by_another_process_are_seen_on_s3():
+    """The driver lists the output at the start and at the end; the writer actors add parts in between with
+    their own clients. A listing cached by the driver's s3fs instance must not hide those parts."""
+    import pyarrow as pa
+    import s3fs
+
+    from tests.pipeline.s3_server import moto_s3
+
+    with moto_s3("sinkbucket"):
+        output = "s3://sinkbucket/out"
+        write_json(output, "_config.json", {"job": 1})  # as the driver does first
+        assert committed_ids(output) == set() and not is_complete(output)  # lists (and caches) the folder
+        writer = s3fs.S3FileSystem(skip_instance_cache=True)  # another process's client
+        with writer.open("sinkbucket/out/" + part_name(["a", "b"]), "wb") as handle:
+            pq.write_table(rows(["a", "b"]), handle)
+        writer.pipe("sinkbucket/out/_SUCCESS", b"")
+        assert committed_ids(output) == {"a", "b"} and is_complete(output)
+        assert read_output(output).num_rows == 2 and isinstance(read_output(output), pa.Table)
