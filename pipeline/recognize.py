@@ -41,17 +41,19 @@ class Transcript:
 
 
 def pad_waveforms(waveforms: Sequence[np.ndarray | Tensor]) -> tuple[Tensor, Tensor]:
-    """1-D waveforms -> zero-padded waveforms [B, S] float32 and lengths [B] in samples."""
-    tensors = [torch.as_tensor(np.asarray(w, dtype=np.float32) if not isinstance(w, Tensor) else w,
-                               dtype=torch.float32) for w in waveforms]
-    for index, tensor in enumerate(tensors):
-        if tensor.dim() != 1:
-            raise ValueError(f"waveforms[{index}] must be 1-D samples, got {tuple(tensor.shape)}")
-    lengths = torch.tensor([len(t) for t in tensors], dtype=torch.long)
-    padded = torch.zeros(len(tensors), int(lengths.max()) if tensors else 0, dtype=torch.float32)
-    for index, tensor in enumerate(tensors):
-        padded[index, : len(tensor)] = tensor
-    return padded, lengths
+    """1-D waveforms -> zero-padded waveforms [B, S] float32 and lengths [B] in samples.
+
+    Each waveform is copied once, into the padded batch; read-only arrays (Arrow buffers) are fine.
+    """
+    arrays = [w.detach().cpu().numpy() if isinstance(w, Tensor) else np.asarray(w) for w in waveforms]
+    for index, array in enumerate(arrays):
+        if array.ndim != 1:
+            raise ValueError(f"waveforms[{index}] must be 1-D samples, got {tuple(array.shape)}")
+    lengths = torch.tensor([len(a) for a in arrays], dtype=torch.long)
+    padded = np.zeros((len(arrays), int(lengths.max()) if arrays else 0), dtype=np.float32)
+    for index, array in enumerate(arrays):
+        padded[index, : len(array)] = array
+    return torch.from_numpy(padded), lengths
 
 
 def transcript_of(model: AsrModel, span_kind: SpanKind, tokens: Sequence[int], frame_indices: Sequence[int],

@@ -187,7 +187,7 @@ class LoadAudio:
 
 
 def _samples(column: pa.ChunkedArray, index: int) -> np.ndarray:
-    return np.array(column[index].values.to_numpy(zero_copy_only=False))  # writable: torch warns on read-only
+    return column[index].values.to_numpy(zero_copy_only=False)  # a view: pad_waveforms copies it once
 
 
 class TranscribeBatch:
@@ -201,8 +201,7 @@ class TranscribeBatch:
                  load: ModelLoader = load_model) -> None:
         if device == "cpu" and resources.torch_threads is not None:
             torch.set_num_threads(resources.torch_threads)
-        self.model_config, self.device, self.decoding, self.resources, self.load = (
-            model, device, decoding, resources, load)
+        self.model_config, self.device, self.decoding, self.resources = model, device, decoding, resources
         self.model: AsrModel | None = None
         self.decode = None
         self._loading = _BackgroundLoad(lambda: load(model, device))
@@ -271,7 +270,7 @@ class FinishAndWrite:
 
     def __init__(self, model: ModelConfig, decoding: DecodingConfig, output: str, model_id: str,
                  load: ModelLoader = load_model) -> None:
-        self.model_config, self.decoding, self.load = model, decoding, load
+        self.model_config, self.decoding = model, decoding
         self.output = output
         self.model_id = model_id
         self.decoding_id = decoding.describe()

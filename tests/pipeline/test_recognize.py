@@ -79,3 +79,13 @@ def test_fake_model_end_to_end_matches_the_decoders_and_batching():
             assert all(w.start_s == pytest.approx(w.start_frame * 0.01) for w in transcript.words)
     with pytest.raises(ValueError, match="head"):
         GreedyRecognizer(model, "beam")
+
+
+def test_pad_waveforms_takes_read_only_arrays_and_tensors():
+    read_only = np.arange(3, dtype=np.float32)
+    read_only.setflags(write=False)  # as Arrow hands column buffers out
+    audio, lengths = pad_waveforms([read_only, torch.tensor([5.0]), np.zeros(0, np.float64)])
+    assert audio.tolist() == [[0.0, 1.0, 2.0], [5.0, 0.0, 0.0], [0.0, 0.0, 0.0]] and lengths.tolist() == [3, 1, 0]
+    assert audio.dtype == torch.float32
+    with pytest.raises(ValueError, match=r"waveforms\[0\] must be 1-D"):
+        pad_waveforms([np.zeros((2, 2))])
