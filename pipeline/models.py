@@ -10,6 +10,8 @@ This is the one module that knows NeMo (imported lazily, so the rest of the proj
   `encode(waveforms, lengths)`, `max_symbols` (the checkpoint's greedy setting), `transducer` (a
   `TransducerModel` over NeMo's prediction network and joint, RNN-T or TDT), `ctc` (a `CtcModel` over the CTC
   head of CTC and hybrid models) and `tokenizer`.
+- `read_model_layout(path)` reads what text and timestamps need (SentencePiece tokenizer, frame timing, head
+  layouts) straight from the `.nemo` tar, with neither NeMo nor the weights: the CPU writer stage uses it.
 
 Trust: a `.nemo` file holds a pickled torch checkpoint and a config that names classes to build. Loading
 restores weights with `torch.load(weights_only=True)` and NeMo 3.0 checks every config `_target_` against its
@@ -28,6 +30,7 @@ import hashlib
 import json
 import os
 import tempfile
+import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,14 +150,18 @@ def read_nemo_config(path: Path | str) -> dict[str, Any]:
     """The model config stored in a `.nemo` tar (`model_config.yaml`), read without NeMo or unpickling."""
     import tarfile
 
+    with tarfile.open(path, "r:*") as archive:
+        return _config_in(archive, path)
+
+
+def _config_in(archive: Any, path: Path | str) -> dict[str, Any]:
     import yaml
 
-    with tarfile.open(path, "r:*") as archive:
-        for member in archive.getmembers():
-            if member.isfile() and member.name.rsplit("/", 1)[-1] == "model_config.yaml":
-                handle = archive.extractfile(member)
-                assert handle is not None
-                return yaml.safe_load(handle.read().decode("utf-8")) or {}
+    for member in archive.getmembers():
+        if member.isfile() and member.name.rsplit("/", 1)[-1] == "model_config.yaml":
+            handle = archive.extractfile(member)
+            assert handle is not None
+            return yaml.safe_load(handle.read().decode("utf-8")) or {}
     raise ValueError(f"{path}: no model_config.yaml inside (not a .nemo file?)")
 
 
@@ -278,16 +285,18 @@ class _ModelInfo:
     durations: tuple[int, ...]
 
 
-def _describe(nemo_model: Any) -> _ModelInfo:
-    config = nemo_model.cfg
-    has_transducer = hasattr(nemo_model, "joint")
-    has_ctc = hasattr(nemo_model, "ctc_decoder") or not has_transducer
+def _describe(config: Any) -> _ModelInfo:
+    """A NeMo ASR model's kind and TDT durations, from its config (a dict or NeMo's DictConfig)."""
+    has_transducer = "joint" in config
+    has_ctc = "aux_ctc" in config or not has_transducer
     durations: tuple[int, ...] = ()
     if has_transducer:
         decoding = config.get("decoding", {}) or {}
         defaults = config.get("model_defaults", {}) or {}
-        is_tdt = decoding.get("model_type") == "tdt" or nemo_model.joint.num_extra_outputs > 0
-        if is_tdt:
+        extra_outputs = (config.get("joint", {}) or {}).get("num_extra_outputs", 0) or 0
+        if not isinstance(extra_outputs, int):  # an unresolved interpolation, read without OmegaConf
+            raise ValueError(f"joint.num_extra_outputs is not a number: {extra_outputs!r}")
+        if decoding.get("model_type") == "tdt" or extra_outputs > 0:
             found = decoding.get("durations") or defaults.get("tdt_durations")
             if not found:
                 raise ValueError("a TDT model must name its durations in decoding.durations or "
@@ -306,7 +315,7 @@ class AsrModel:
     def __init__(self, nemo_model: Any) -> None:
         nemo_model.eval()
         self.nemo_model = nemo_model
-        info = _describe(nemo_model)
+        info = _describe(nemo_model.cfg)
         self.kind = info.kind
         preprocessor = nemo_model.preprocessor
         featurizer = getattr(preprocessor, "featurizer", None)
@@ -347,6 +356,99 @@ class AsrModel:
             input_signal=waveforms.to(device=device, dtype=torch.float32), length=lengths.to(device))
         encoded, encoded_lengths = self.nemo_model.encoder(audio_signal=features, length=feature_lengths)
         return encoded.transpose(1, 2), encoded_lengths.long()  # [B, D, T] -> [B, T, D]
+
+
+# --- layout without NeMo ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HeadLayout:
+    """A head's labels: 0..vocab_size-1 are tokens, `blank_id` (= vocab_size) is the blank; TDT durations."""
+
+    vocab_size: int
+    blank_id: int
+    durations: tuple[int, ...] = ()
+
+
+class SentencePieceText:
+    """Token ids -> pieces -> text with SentencePiece itself, as NeMo's (non-legacy) `SentencePieceTokenizer`
+    does, and the punctuation marks NeMo's decoding finds in the vocabulary (`extract_punctuation_from_vocab`:
+    punctuation characters of pieces that are not special, not word-initial and not blank)."""
+
+    def __init__(self, model_proto: bytes) -> None:
+        import sentencepiece
+
+        self.processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
+        self.vocab_size = int(self.processor.get_piece_size())
+        pieces = [self.processor.id_to_piece(i) for i in range(self.vocab_size)]
+        self.punctuation = frozenset(
+            char for piece in pieces if not _is_special_piece(piece)
+            for char in piece if unicodedata.category(char).startswith("P"))
+
+    def ids_to_pieces(self, ids: Sequence[int]) -> list[str]:
+        return [self.processor.id_to_piece(int(i)) for i in ids]
+
+    def pieces_to_text(self, pieces: Sequence[str]) -> str:
+        return self.processor.decode_pieces(list(pieces))
+
+    def ids_to_text(self, ids: Sequence[int]) -> str:
+        return self.processor.decode_ids([int(i) for i in ids])
+
+
+def _is_special_piece(piece: str) -> bool:
+    return (piece.strip() == "" or piece.startswith(("\u2581", "##"))
+            or (piece.startswith("[") and piece.endswith("]")) or (piece.startswith("<") and piece.endswith(">")))
+
+
+class LayoutUnavailable(ValueError):
+    """The `.nemo` file's tokenizer or encoder is not one `read_model_layout` reads: load the model instead."""
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """What turning token ids into text and timestamps needs of a model, without its weights: tokenizer, frame
+    timing and head layouts. Read from the `.nemo` file by `read_model_layout`, without NeMo or unpickling;
+    wherever `AsrModel` is only asked these things (the writer stage), a `ModelLayout` serves instead.
+    """
+
+    kind: str
+    sample_rate: int
+    frame_shift_s: float
+    tokenizer: SentencePieceText
+    transducer: HeadLayout | None
+    ctc: HeadLayout | None
+
+    @property
+    def heads(self) -> tuple[Head, ...]:
+        return tuple(h for h, m in (("transducer", self.transducer), ("ctc", self.ctc)) if m is not None)
+
+
+def read_model_layout(path: Path | str) -> ModelLayout:
+    """A `.nemo` file -> its `ModelLayout`, for models with a SentencePiece tokenizer (NeMo's `bpe` type) and
+    an encoder whose config names its `subsampling_factor` (Conformer, FastConformer); anything else raises
+    `LayoutUnavailable`."""
+    import tarfile
+
+    with tarfile.open(path, "r:*") as archive:
+        config = _config_in(archive, path)
+        members = {m.name.rsplit("/", 1)[-1]: m for m in archive.getmembers() if m.isfile()}
+        tokenizer = config.get("tokenizer") or {}
+        model_path = str(tokenizer.get("model_path") or "")
+        if tokenizer.get("type") != "bpe" or "custom_tokenizer" in tokenizer or not model_path.startswith("nemo:"):
+            raise LayoutUnavailable(f"{path}: the tokenizer is not a bundled SentencePiece model")
+        member = members.get(model_path[len("nemo:"):])
+        if member is None:
+            raise LayoutUnavailable(f"{path}: {model_path} is not inside the file")
+        text = SentencePieceText(archive.extractfile(member).read())
+    try:
+        info = _describe(config)
+        frame_shift_s = float(config["preprocessor"]["window_stride"]) * int(config["encoder"]["subsampling_factor"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise LayoutUnavailable(f"{path}: cannot read the model's layout from its config ({error})") from error
+    # NeMo's BPE models give every head the tokenizer's labels, with the blank after them
+    vocab_size = text.vocab_size
+    return ModelLayout(
+        kind=info.kind, sample_rate=sample_rate_of(config), frame_shift_s=frame_shift_s, tokenizer=text,
+        transducer=HeadLayout(vocab_size, vocab_size, info.durations) if info.kind != "ctc" else None,
+        ctc=HeadLayout(vocab_size, vocab_size) if info.kind == "ctc" or info.kind.startswith("hybrid") else None)
 
 
 def _safe_connector():

@@ -24,7 +24,7 @@ from decoders.timestamps import Span, SpanKind, refine_punctuation_spans, token_
 from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig, WindBeamSearch
 from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
 from pipeline.config import DecodingConfig
-from pipeline.models import AsrModel, Head, fetch_model
+from pipeline.models import AsrModel, Head, ModelLayout, fetch_model
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,8 @@ def pad_waveforms(waveforms: Sequence[np.ndarray | Tensor]) -> tuple[Tensor, Ten
     return torch.from_numpy(padded), lengths
 
 
-def transcript_of(model: AsrModel, span_kind: SpanKind, tokens: Sequence[int], frame_indices: Sequence[int],
-                  durations: Sequence[int] | None, score: float) -> Transcript:
+def transcript_of(model: AsrModel | ModelLayout, span_kind: SpanKind, tokens: Sequence[int],
+                  frame_indices: Sequence[int], durations: Sequence[int] | None, score: float) -> Transcript:
     """One hypothesis (token ids with their encoder frames) -> text, pieces and word spans in seconds."""
     tokenizer = model.tokenizer
     tokens, frame_indices = [int(t) for t in tokens], [int(f) for f in frame_indices]
@@ -157,12 +157,12 @@ def load_language_model(decoding: DecodingConfig, vocab_size: int, cache_dir: st
     return lm.to(device)
 
 
-def head_vocab_size(model: AsrModel, decoding: DecodingConfig) -> int:
+def head_vocab_size(model: AsrModel | ModelLayout, decoding: DecodingConfig) -> int:
     head = decoding_head(model, decoding)
     return model.transducer.vocab_size if head == "transducer" else model.ctc.vocab_size
 
 
-def decoding_head(model: AsrModel, decoding: DecodingConfig) -> Head:
+def decoding_head(model: AsrModel | ModelLayout, decoding: DecodingConfig) -> Head:
     """The head a strategy decodes; plain `greedy` of a CTC-only model is CTC greedy."""
     if decoding.head == "ctc" or (decoding.strategy == "greedy" and model.transducer is None):
         if model.ctc is None:
@@ -231,7 +231,7 @@ def compact_ctc_log_probs(model: AsrModel, encoder_output: Tensor, encoder_lengt
 CompactCtc = tuple[np.ndarray, np.ndarray]  # ([T', V] float16 log-probs, [T'] original frames) of one utterance
 
 
-def ctc_beam_decoder(model: AsrModel, decoding: DecodingConfig,
+def ctc_beam_decoder(model: AsrModel | ModelLayout, decoding: DecodingConfig,
                      lm: NgramLm | None = None) -> Callable[[Sequence[CompactCtc]], list[Hypothesis]]:
     """Compact CTC log-probs of utterances (see `compact_ctc_log_probs`) -> the best hypothesis of each, with
     tokens at original encoder frames."""

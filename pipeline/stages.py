@@ -35,7 +35,7 @@ from pipeline.audio import AudioError, load_audio
 from pipeline.bucketing import padded_seconds, plan_batches
 from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig
 from pipeline.manifest import read_manifest
-from pipeline.models import AsrModel, load_asr_model
+from pipeline.models import AsrModel, LayoutUnavailable, ModelLayout, fetch_model, load_asr_model, read_model_layout
 from pipeline.recognize import (
     build_decoder,
     compact_ctc_log_probs,
@@ -68,6 +68,16 @@ ModelLoader = Callable[[ModelConfig, str], AsrModel]
 
 def load_model(model: ModelConfig, device: str) -> AsrModel:
     return load_asr_model(model.uri, sha256=model.sha256, cache_dir=f"{model.cache_dir}/models", device=device)
+
+
+def load_layout(model: ModelConfig, device: str = "cpu") -> AsrModel | ModelLayout:
+    """The model's tokenizer, frame timing and head layout, read from the `.nemo` file without NeMo; the whole
+    model only where the file holds something `read_model_layout` does not read (another tokenizer type)."""
+    path = fetch_model(model.uri, sha256=model.sha256, cache_dir=f"{model.cache_dir}/models")
+    try:
+        return read_model_layout(path)
+    except LayoutUnavailable:
+        return load_model(model, device)
 
 
 class _BackgroundLoad:
@@ -265,16 +275,17 @@ class FinishAndWrite:
     """CPU stage: decoded rows -> text and word timestamps (CTC beam search first, for `ctc_beam`) -> one
     committed Parquet part -> a one-row summary of it.
 
-    Holds the model on the CPU for its tokenizer, frame timing and CTC head's layout.
+    Reads the model's tokenizer, frame timing and head layout from its `.nemo` file (`load_layout`): no NeMo
+    import and no weights in this actor.
     """
 
     def __init__(self, model: ModelConfig, decoding: DecodingConfig, output: str, model_id: str,
-                 load: ModelLoader = load_model) -> None:
+                 load: Callable[[ModelConfig, str], AsrModel | ModelLayout] = load_layout) -> None:
         self.model_config, self.decoding = model, decoding
         self.output = output
         self.model_id = model_id
         self.decoding_id = decoding.describe()
-        self.model: AsrModel | None = None
+        self.model: AsrModel | ModelLayout | None = None
         self.ctc_beam = None
         self._loading = _BackgroundLoad(lambda: load(model, "cpu"))
 

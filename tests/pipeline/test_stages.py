@@ -82,7 +82,7 @@ SMALL_BUCKETS = ResourcesConfig(batch_audio_s=12.0)  # several buckets out of th
 def run_stages(rows_table, model_config, decoding, output, resources=SMALL_BUCKETS):
     audio = stages.LoadAudio(sample_rate=16000)(rows_table)
     decoded = stages.TranscribeBatch(model_config, decoding, resources, "cpu", load=LOAD)(audio)
-    summary = stages.FinishAndWrite(model_config, decoding, str(output), "test-model", load=LOAD)(decoded)
+    summary = stages.FinishAndWrite(model_config, decoding, str(output), "test-model")(decoded)
     return audio, summary
 
 
