@@ -101,6 +101,30 @@ def resolve_device(config: TranscribeJobConfig) -> str:
     return "cuda" if ray.cluster_resources().get("GPU", 0) > 0 else "cpu"
 
 
+def read_rows(config: TranscribeJobConfig, manifest_uris: list[str], spare_cpus: float):
+    """The manifests' rows not yet committed, as a dataset of blocks of `AUDIO_BATCH_ROWS` rows where it can.
+
+    Ray Data merges everything a task yields into blocks of up to 128 MiB, so a manifest of a million rows
+    would arrive as a few huge blocks: one audio actor would fetch all of its files while the others wait, and
+    parts would be committed a thousand rows at a time. A streaming repartition splits the blocks, but it runs
+    as tasks of one whole CPU, and Ray Data has no public way to ask for less. So it is added only when the
+    cluster has a CPU to spare beyond what this job's actors reserve (any real cluster); on a 2-CPU machine
+    whose actors hold 1.35 CPUs it would wait forever, and there one audio actor per manifest costs little.
+    """
+    import ray
+
+    dataset = ray.data.from_items([{schema.MANIFEST: uri} for uri in manifest_uris])
+    dataset = dataset.map_batches(
+        stages.ReadManifests(sink.committed_ids(config.output), chunk_rows=AUDIO_BATCH_ROWS),
+        batch_size=1, batch_format="pyarrow", num_cpus=READ_CPUS)
+    if spare_cpus >= 1.0:
+        return dataset.repartition(target_num_rows_per_block=AUDIO_BATCH_ROWS)
+    log.warning("%.2f CPUs spare beyond the actors' reservations: manifest rows are not split into blocks of "
+                "%d, so each manifest's audio is fetched by one actor and parts commit in bursts",
+                max(spare_cpus, 0.0), AUDIO_BATCH_ROWS)
+    return dataset
+
+
 def build_transcription(config: TranscribeJobConfig, manifest_uris: list[str], sample_rate: int, device: str,
                         model_id: str):
     """The Ray Data plan of one job (lazy): a dataset of one summary row per committed part."""
@@ -112,14 +136,9 @@ def build_transcription(config: TranscribeJobConfig, manifest_uris: list[str], s
     # CTC beam search is real CPU work: a whole CPU per writer on a GPU cluster; on a CPU-only machine the ASR
     # actors share the same few cores, and a whole CPU more would leave none for the manifest reader
     finish_cpus = 1.0 if config.decoding.strategy == "ctc_beam" and device == "cuda" else FINISH_ACTOR_CPUS
-    dataset = ray.data.from_items([{schema.MANIFEST: uri} for uri in manifest_uris])
-    # Ray Data merges the reader's small tables into blocks of about a thousand rows, and every later stage
-    # works on whole blocks, so parts commit a thousand rows at a time. `repartition(target_num_rows_per_block=
-    # 16)` after the reader makes them commit steadily, but it is a separate task that wants a whole CPU, and on
-    # a 2-CPU machine whose actors hold the rest the job hung: left out until that is solved.
-    dataset = dataset.map_batches(
-        stages.ReadManifests(sink.committed_ids(config.output), chunk_rows=AUDIO_BATCH_ROWS),
-        batch_size=1, batch_format="pyarrow", num_cpus=READ_CPUS)
+    reserved_cpus = (READ_CPUS + asr_cpus * resources.gpu_actors + AUDIO_ACTOR_CPUS * resources.cpu_actors
+                     + finish_cpus * resources.ctc_actors)
+    dataset = read_rows(config, manifest_uris, ray.cluster_resources().get("CPU", 0.0) - reserved_cpus)
     dataset = dataset.map_batches(
         stages.LoadAudio, fn_constructor_kwargs={"sample_rate": sample_rate}, batch_format="pyarrow",
         batch_size=AUDIO_BATCH_ROWS, compute=ActorPoolStrategy(size=resources.cpu_actors),

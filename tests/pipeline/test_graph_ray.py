@@ -95,11 +95,15 @@ def corpus(s3, nemo_assets):
 
 @pytest.fixture(scope="module")
 def ray_cluster(s3, tmp_path_factory):
-    """In-process Ray on 127.0.0.1, started after the S3 variables are set so its workers inherit them."""
+    """In-process Ray on 127.0.0.1, started after the S3 variables are set so its workers inherit them.
+
+    Three logical CPUs on this 2-core machine: the job's actors reserve 1.1, which leaves the one whole CPU that
+    splitting the manifest rows into small blocks needs (`graph.read_rows`), as on any real cluster.
+    """
     import ray
 
     temp_dir = Path("/tmp") / f"lsr{os.getpid()}"
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=str(temp_dir),
+    ray.init(num_cpus=3, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=str(temp_dir),
              logging_level="WARNING", log_to_driver=False)
     from ray.data import DataContext
 
@@ -229,3 +233,37 @@ def test_a_driver_killed_mid_run_then_rerun_ends_with_every_row_once(ray_cluster
     assert summary["duplicates_removed"] == 0
     check_exactly_once(output, corpus, expected)
     assert sink.is_complete(output)
+
+
+class _WhoLoads:
+    """Stands in for the audio stage: which actor got which rows."""
+
+    def __call__(self, table):
+        import pyarrow as pa
+
+        return pa.table({"pid": [os.getpid()], "ids": [table.column(schema.UTTERANCE_ID).to_pylist()]})
+
+
+@pytest.mark.parametrize("spare_cpus", [1.9, 0.9])
+def test_one_manifests_rows_reach_every_audio_actor_in_small_blocks(ray_cluster, tmp_path, spare_cpus,
+                                                                   monkeypatch):
+    from ray.data import ActorPoolStrategy, DataContext
+
+    from pipeline.graph import AUDIO_BATCH_ROWS, read_rows
+
+    manifest = tmp_path / "one_big_manifest.json"
+    manifest.write_text("".join(json.dumps({"audio_filepath": f"audio/{i}.wav", "duration": 2.0}) + "\n"
+                                for i in range(400)))
+    config = TranscribeJobConfig(manifests=(str(manifest),), output=str(tmp_path / "out"))
+    # both actors up before any rows go out, so that "one actor did it all" can only mean one block
+    monkeypatch.setattr(DataContext.get_current(), "wait_for_min_actors_s", 120)
+    rows = read_rows(config, [str(manifest)], spare_cpus).map_batches(
+        _WhoLoads, batch_size=AUDIO_BATCH_ROWS, batch_format="pyarrow", compute=ActorPoolStrategy(size=2),
+        num_cpus=0.25).take_all()
+    ids = [i for row in rows for i in row["ids"]]
+    assert len(ids) == len(set(ids)) == 400
+    actors = {row["pid"] for row in rows}
+    if spare_cpus >= 1:
+        assert len(actors) == 2  # both audio actors work on the one manifest
+    else:  # without a CPU for the split: the whole manifest is one block, for one actor (documented)
+        assert len(actors) == 1
