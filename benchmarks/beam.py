@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -40,6 +39,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._timing import interleaved_ms, machine  # noqa: E402
 from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias, emission_rate  # noqa: E402
 from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig, WindBeamSearch  # noqa: E402
 from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy  # noqa: E402
@@ -96,18 +96,9 @@ def parse_args() -> argparse.Namespace:
 
 
 def timed(decode, repeats: int, device: str):
-    """(median wall time in ms over `repeats` runs after one warm-up run, the last result)."""
-    result = decode()
-    times = []
-    for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        result = decode()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times), result
+    """(median wall time in ms over `repeats` runs after one warm-up run, the result)."""
+    times, outputs = interleaved_ms({"run": decode}, repeats, device)
+    return statistics.median(times["run"]), outputs["run"]
 
 
 def random_nemo_transducer(kind: str, frames_per_label: float = 3.0):
@@ -194,9 +185,10 @@ def main_nemo(args: argparse.Namespace) -> None:
                 def run_theirs(c=theirs, x=encoder_output, n=lengths):
                     return [h.y_sequence.tolist() for h in c(x, n)[0].to_hyps_list(score_norm=True)]
 
-                with torch.no_grad():
-                    ours_ms, our_tokens = timed(run_ours, args.repeats, "cpu")
-                    nemo_ms, nemo_tokens = timed(run_theirs, args.repeats, "cpu")
+                with torch.no_grad():  # interleaved rounds: load on the machine falls on both alike
+                    times, outputs = interleaved_ms({"ours": run_ours, "nemo": run_theirs}, args.repeats)
+                ours_ms, nemo_ms = statistics.median(times["ours"]), statistics.median(times["nemo"])
+                our_tokens, nemo_tokens = outputs["ours"], outputs["nemo"]
                 same = sum(a == b for a, b in zip(our_tokens, nemo_tokens))
                 if name == "alsd" and same != batch_size:  # equal by test; AES++ may differ (see the docstring)
                     raise SystemExit(f"{name} beam {beam_size} disagrees with NeMo at batch {batch_size}")
@@ -233,8 +225,7 @@ def main_nemo(args: argparse.Namespace) -> None:
                 "benchmark": "beam_vs_nemo",
                 "command": command,
                 "kind": args.kind,
-                "machine": platform.machine(),
-                "threads": torch.get_num_threads(),
+                **machine("cpu"),
                 "frames": args.frames,
                 "blank_bias": round(blank_bias, 3),
                 "rows": rows,
@@ -333,11 +324,9 @@ def main() -> None:
             {
                 "benchmark": "beam",
                 "command": command,
-                "device": args.device,
+                **machine(args.device),
                 "cuda_graphs": graphs,
                 "kind": args.kind,
-                "machine": platform.machine(),
-                "threads": torch.get_num_threads(),
                 "frames": args.frames,
                 "vocab_size": args.vocab_size,
                 "hidden": args.hidden,

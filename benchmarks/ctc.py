@@ -22,11 +22,9 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP: no spinning threads
@@ -35,6 +33,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._timing import interleaved_ms, machine  # noqa: E402
 from decoders.ctc import CtcGreedy, collapse_blanks  # noqa: E402
 from decoders.ctc_beam import CtcBeamConfig, CtcBeamSearch  # noqa: E402
 from tests.reference.ctc import (  # noqa: E402
@@ -120,22 +119,10 @@ def run_ours(decode, log_probs, lengths, batch_size: int, device: str) -> list[l
 
 
 def timed_side_by_side(runs: dict, repeats: int, device: str) -> dict[str, tuple[float, list[list[int]]]]:
-    """Median wall time in seconds of each run over `repeats` rounds, after one warm-up round, and its output.
-
-    Rounds interleave the runs, so a slow spell on a shared machine hits all of them alike.
-    """
-    outputs = {name: run() for name, run in runs.items()}
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            if device == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            run()
-            if device == "cuda":
-                torch.cuda.synchronize()
-            times[name].append(time.perf_counter() - start)
-    return {name: (statistics.median(times[name]), outputs[name]) for name in runs}
+    """Median wall time in seconds of each run over `repeats` interleaved rounds, after one warm-up round, and
+    its output."""
+    times, outputs = interleaved_ms(runs, repeats, device)
+    return {name: (statistics.median(times[name]) / 1000, outputs[name]) for name in runs}
 
 
 def bench_vocab(args, vocab_size: int, folder: Path) -> dict:
@@ -249,10 +236,7 @@ def main() -> None:
     summary = {
         "benchmark": "ctc",
         "command": command.strip(),
-        "device": args.device,
-        "threads": torch.get_num_threads(),
-        "machine": platform.machine(),
-        "torch": torch.__version__,
+        **machine(args.device),
         "config": {k: v for k, v in vars(args).items() if k != "quick"},
         "results": results,
     }

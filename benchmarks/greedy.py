@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP: no spinning threads
@@ -27,6 +25,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._timing import interleaved_ms, machine  # noqa: E402
 from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias, emission_rate  # noqa: E402
 from decoders.transducer_greedy import FrameLoopingGreedy, GreedyConfig, LabelLoopingGreedy  # noqa: E402
 
@@ -53,21 +52,10 @@ def parse_args() -> argparse.Namespace:
 
 
 def time_interleaved(decoders: dict, encoder_output, lengths, repeats: int, device: str) -> dict[str, float]:
-    """Best wall time in ms of each decoder over `repeats` rounds; every round runs each decoder once, in a
-    rotating order, so that load from other processes falls on all of them alike (the best of several runs
-    is the figure least disturbed by such load)."""
-    names = list(decoders)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for round_index in range(repeats):
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
-            if device == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            decoders[name](encoder_output, lengths)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            times[name].append((time.perf_counter() - start) * 1000)
+    """Best wall time in ms of each decoder over `repeats` interleaved rounds (the best of several runs is the
+    figure least disturbed by load from other processes)."""
+    runs = {name: (lambda d=decode: d(encoder_output, lengths)) for name, decode in decoders.items()}
+    times, _ = interleaved_ms(runs, repeats, device)
     return {name: min(values) for name, values in times.items()}
 
 
@@ -120,9 +108,7 @@ def main() -> None:
         "benchmark": "greedy",
         "command": command.strip(),
         "kind": args.kind,
-        "device": args.device,
-        "machine": platform.machine(),
-        "threads": torch.get_num_threads(),
+        **machine(args.device),
         "frames": args.frames,
         "vocab_size": args.vocab_size,
         "hidden": args.hidden,

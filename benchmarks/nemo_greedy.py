@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -37,6 +36,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._timing import interleaved_ms, machine  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -132,23 +132,11 @@ class NemoGreedy:
                                          model.cfg.preprocessor.window_stride)
 
 
-def median_ms(runs: list[float]) -> float:
-    return statistics.median(runs) * 1000
-
-
 def side_by_side(ours, nemo, batches, repeats: int) -> tuple[float, float]:
-    """Median total ms over the batches for each, alternating ours and NeMo, after one warm-up each."""
-    for function in (ours, nemo):
-        for batch in batches:
-            function(*batch)
-    times: dict[str, list[float]] = {"ours": [], "nemo": []}
-    for _ in range(repeats):
-        for name, function in (("ours", ours), ("nemo", nemo)):
-            start = time.perf_counter()
-            for batch in batches:
-                function(*batch)
-            times[name].append(time.perf_counter() - start)
-    return median_ms(times["ours"]), median_ms(times["nemo"])
+    """Median total ms over the batches for each, in interleaved rounds after one warm-up round."""
+    times, _ = interleaved_ms({"ours": lambda: [ours(*batch) for batch in batches],
+                               "nemo": lambda: [nemo(*batch) for batch in batches]}, repeats)
+    return statistics.median(times["ours"]), statistics.median(times["nemo"])
 
 
 def main() -> None:
@@ -212,8 +200,7 @@ def main() -> None:
     print(json.dumps({
         "benchmark": "nemo_greedy", "args": vars(args), "head": head, "kind": model.kind, **about,
         "labels_per_frame": labels_total / max(frames_total, 1), "audio_s": seconds, "figures": figures,
-        "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
-        "cpus": os.cpu_count(), "wall_s": time.perf_counter() - started,
+        **machine("cpu"), "wall_s": time.perf_counter() - started,
     }))
 
 
