@@ -119,9 +119,11 @@ def read_rows(config: TranscribeJobConfig, manifest_uris: list[str], spare_cpus:
         batch_size=1, batch_format="pyarrow", num_cpus=READ_CPUS)
     if spare_cpus >= 1.0:
         return dataset.repartition(target_num_rows_per_block=AUDIO_BATCH_ROWS)
-    log.warning("%.2f CPUs spare beyond the actors' reservations: manifest rows are not split into blocks of "
-                "%d, so each manifest's audio is fetched by one actor and parts commit in bursts",
-                max(spare_cpus, 0.0), AUDIO_BATCH_ROWS)
+    # a warning on a cluster, where it costs parallelism; on one small machine (the quickstart) only a note
+    level = logging.WARNING if sum(node["Alive"] for node in ray.nodes()) > 1 else logging.INFO
+    log.log(level, "%.2f CPUs spare beyond the actors' reservations: manifest rows are not split into blocks of "
+            "%d, so each manifest's audio is fetched by one actor and parts commit in bursts",
+            max(spare_cpus, 0.0), AUDIO_BATCH_ROWS)
     return dataset
 
 
