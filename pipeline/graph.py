@@ -162,7 +162,7 @@ def build_transcription(config: TranscribeJobConfig, manifest_uris: list[str], s
 
 def output_totals(output: str) -> dict[str, Any]:
     """Rows, outcomes and audio of everything committed under `output` (this run and earlier ones)."""
-    table = sink.read_output(output)
+    table = sink.read_output(output, columns=[schema.STATUS])
     statuses = table.column(schema.STATUS).to_pylist()
     return {"rows": table.num_rows, "rows_ok": statuses.count(schema.STATUS_OK),
             "rows_error": statuses.count(schema.STATUS_ERROR)}

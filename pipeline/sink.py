@@ -25,7 +25,8 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import fsspec
@@ -38,6 +39,7 @@ PART_PREFIX = "part-"
 CONFIG_FILE = "_config.json"
 SUMMARY_FILE = "_summary.json"
 SUCCESS_FILE = "_SUCCESS"
+READ_THREADS = 16  # parts read at once (object stores: one request each)
 
 
 def _filesystem(output_uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -98,13 +100,29 @@ def list_parts(output_uri: str) -> list[str]:
                   if path.rsplit("/", 1)[-1].startswith(PART_PREFIX) and path.endswith(".parquet"))
 
 
+def read_parts(output_uri: str, columns: list[str] | None = None,
+               paths: list[str] | None = None) -> Iterator[tuple[str, pa.Table]]:
+    """(path, table) of every committed part (or of `paths`) in name order, `columns` only if given.
+
+    Parts are read by up to `READ_THREADS` threads at once: resuming, deduplicating and summing up a job of
+    thousands of parts on an object store is one request per part, and one at a time that is minutes.
+    """
+    filesystem, _ = _filesystem(output_uri)
+    paths = list_parts(output_uri) if paths is None else paths
+
+    def read(path: str) -> pa.Table:
+        with filesystem.open(path, "rb") as handle:
+            return pq.read_table(handle, columns=columns)
+
+    with ThreadPoolExecutor(max_workers=min(READ_THREADS, max(len(paths), 1))) as pool:
+        yield from zip(paths, pool.map(read, paths))
+
+
 def committed_ids(output_uri: str) -> set[str]:
     """The utterance ids already committed under `output_uri` (reads one column of each part)."""
-    filesystem, _ = _filesystem(output_uri)
     done: set[str] = set()
-    for path in list_parts(output_uri):
-        with filesystem.open(path, "rb") as handle:
-            done.update(pq.read_table(handle, columns=[schema.UTTERANCE_ID]).column(0).to_pylist())
+    for _, table in read_parts(output_uri, [schema.UTTERANCE_ID]):
+        done.update(table.column(0).to_pylist())
     return done
 
 
@@ -116,9 +134,8 @@ def deduplicate(output_uri: str) -> int:
     filesystem, _ = _filesystem(output_uri)
     seen: set[str] = set()
     removed = 0
-    for path in list_parts(output_uri):
-        with filesystem.open(path, "rb") as handle:
-            ids = pq.read_table(handle, columns=[schema.UTTERANCE_ID]).column(0).to_pylist()
+    for path, id_table in list(read_parts(output_uri, [schema.UTTERANCE_ID])):
+        ids = id_table.column(0).to_pylist()
         duplicate = [i in seen for i in ids]
         seen.update(ids)
         if not any(duplicate):
@@ -155,11 +172,10 @@ def is_complete(output_uri: str) -> bool:
     return filesystem.exists(f"{root.rstrip('/')}/{SUCCESS_FILE}")
 
 
-def read_output(output_uri: str) -> pa.Table:
-    """Every committed row (for tests and small outputs)."""
-    filesystem, _ = _filesystem(output_uri)
-    tables = []
-    for path in list_parts(output_uri):
-        with filesystem.open(path, "rb") as handle:
-            tables.append(pq.read_table(handle))
-    return pa.concat_tables(tables) if tables else schema.OUTPUT_SCHEMA.empty_table()
+def read_output(output_uri: str, columns: list[str] | None = None) -> pa.Table:
+    """Every committed row, `columns` only if given (all columns: for tests and small outputs)."""
+    tables = [table for _, table in read_parts(output_uri, columns)]
+    if tables:
+        return pa.concat_tables(tables)
+    empty = schema.OUTPUT_SCHEMA.empty_table()
+    return empty.select(columns) if columns is not None else empty

@@ -13,6 +13,7 @@ from pipeline.sink import (
     mark_success,
     part_name,
     read_output,
+    read_parts,
     to_output_table,
     write_json,
     write_part,
@@ -63,6 +64,27 @@ def test_deduplicate_leaves_every_row_once(tmp_path):
     ids = read_output(output).column(schema.UTTERANCE_ID).to_pylist()
     assert sorted(ids) == ["a", "b", "c", "d", "e"]
     assert deduplicate(output) == 0
+
+
+def test_many_parts_read_concurrently_keep_name_order_and_first_part_wins(tmp_path):
+    output = str(tmp_path / "out")
+    for index in range(50):  # more parts than reading threads
+        write_part(output, rows([f"u{index:02d}", f"u{index + 1:02d}"], text=f"part{index}"))
+    paths = list_parts(output)
+    read = list(read_parts(output, [schema.UTTERANCE_ID, schema.TEXT]))
+    assert [path for path, _ in read] == paths
+    assert all(pq.read_table(path).select([schema.UTTERANCE_ID, schema.TEXT]).equals(table) for path, table in read)
+    assert read_output(output, columns=[schema.STATUS]).column_names == [schema.STATUS]
+    assert read_output(str(tmp_path / "none"), columns=[schema.STATUS]).column_names == [schema.STATUS]
+    # every id but u00 and u50 is in two parts: the part first in name order keeps it
+    first_owner = {}
+    for _, table in read:
+        for utterance_id, text in zip(*table.to_pydict().values()):
+            first_owner.setdefault(utterance_id, text)
+    assert deduplicate(output) == 49
+    table = read_output(output)
+    assert dict(zip(table.column(schema.UTTERANCE_ID).to_pylist(), table.column(schema.TEXT).to_pylist())) == \
+        first_owner
 
 
 def test_missing_output_has_nothing_committed(tmp_path):
