@@ -150,7 +150,7 @@ class ReadManifests:
     """CPU stage: manifest URIs -> their rows (error rows included) not yet committed, as tables of `chunk_rows`.
 
     Called as a function (Ray tasks), with the committed ids read once by the driver. The rows leave in small
-    tables so that the next stages work (and the writer commits) steadily, not a whole manifest at a time.
+    tables, but Ray Data merges what a task yields into large blocks; `graph.read_rows` splits them again.
     """
 
     def __init__(self, committed: set[str] | frozenset[str], chunk_rows: int = 16) -> None:
