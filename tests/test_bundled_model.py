@@ -18,10 +18,10 @@ from pipeline.config import BUNDLED_MANIFEST, BUNDLED_MODEL, REPOSITORY
 
 pytestmark = pytest.mark.nemo
 
-# measured on the 20 samples with the model committed on 2026-11-22 (step 4,562, dev WER 68%): WER 63.0% / 71.2%,
-# CER 42.1% / 41.0% (RNN-T / CTC); see docs/demo_model.md
-MAX_WER = {"transducer": 0.70, "ctc": 0.78}
-MAX_CER = {"transducer": 0.48, "ctc": 0.47}
+# measured on the 20 samples with the model committed on 2026-11-22 in the third sitting (step 10,084, dev WER
+# 54.8%): WER 48.0% / 62.6%, CER 23.8% / 28.3% (RNN-T / CTC); see docs/demo_model.md
+MAX_WER = {"transducer": 0.54, "ctc": 0.69}
+MAX_CER = {"transducer": 0.29, "ctc": 0.33}
 
 
 def samples():

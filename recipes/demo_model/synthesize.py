@@ -125,13 +125,15 @@ def main() -> None:
     parser.add_argument("--text", required=True, help="one transcript a line")
     parser.add_argument("--split", required=True, help="name of the output folder and manifest")
     parser.add_argument("--voices", choices=("train", "test"), default="train")
-    parser.add_argument("--limit", type=int, default=0, help="use only the first N lines (0: all)")
+    parser.add_argument("--skip", type=int, default=0, help="leave out the first N lines")
+    parser.add_argument("--limit", type=int, default=0, help="then use only the next N lines (0: all)")
     parser.add_argument("--data-dir", default="/root/loopscribe-data")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--seed", type=int, default=8)
     args = parser.parse_args()
 
     texts = [line.strip() for line in Path(args.text).read_text().splitlines() if line.strip()]
+    texts = texts[args.skip :]
     if args.limit:
         texts = texts[: args.limit]
     audio_dir = Path(args.data_dir) / "audio" / args.split
