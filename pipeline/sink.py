@@ -100,15 +100,14 @@ def list_parts(output_uri: str) -> list[str]:
                   if path.rsplit("/", 1)[-1].startswith(PART_PREFIX) and path.endswith(".parquet"))
 
 
-def read_parts(output_uri: str, columns: list[str] | None = None,
-               paths: list[str] | None = None) -> Iterator[tuple[str, pa.Table]]:
-    """(path, table) of every committed part (or of `paths`) in name order, `columns` only if given.
+def read_parts(output_uri: str, columns: list[str] | None = None) -> Iterator[tuple[str, pa.Table]]:
+    """(path, table) of every committed part in name order, `columns` only if given.
 
     Parts are read by up to `READ_THREADS` threads at once: resuming, deduplicating and summing up a job of
     thousands of parts on an object store is one request per part, and one at a time that is minutes.
     """
     filesystem, _ = _filesystem(output_uri)
-    paths = list_parts(output_uri) if paths is None else paths
+    paths = list_parts(output_uri)  # listed once: parts this process adds meanwhile (the dedupe's) are not read
 
     def read(path: str) -> pa.Table:
         with filesystem.open(path, "rb") as handle:
@@ -129,23 +128,33 @@ def committed_ids(output_uri: str) -> set[str]:
 def deduplicate(output_uri: str) -> int:
     """Rewrite parts so that no utterance id appears twice (the first part in name order keeps it).
 
-    Returns how many duplicate rows were removed; 0 (the usual case) rewrites nothing.
+    Returns how many duplicate rows were removed; 0 (the usual case) rewrites nothing. Parts made only of
+    duplicates go first, then the partly duplicated ones are rewritten (new part written, old one removed):
+    a rewritten part can take the name of a later part holding exactly its remaining rows, which is all
+    duplicates, and removing that one afterwards would remove the rewrite.
     """
     filesystem, _ = _filesystem(output_uri)
     seen: set[str] = set()
     removed = 0
-    for path, id_table in list(read_parts(output_uri, [schema.UTTERANCE_ID])):
+    all_duplicates: list[str] = []
+    partly: list[tuple[str, list[bool]]] = []
+    for path, id_table in read_parts(output_uri, [schema.UTTERANCE_ID]):
         ids = id_table.column(0).to_pylist()
         duplicate = [i in seen for i in ids]
         seen.update(ids)
-        if not any(duplicate):
-            continue
+        if ids and all(duplicate):
+            all_duplicates.append(path)
+            removed += len(ids)
+        elif any(duplicate):
+            partly.append((path, duplicate))
+    for path in all_duplicates:
+        filesystem.rm(path)
+    for path, duplicate in partly:
         with filesystem.open(path, "rb") as handle:
             table = pq.read_table(handle)
         kept = table.filter(pa.array([not d for d in duplicate]))
         removed += table.num_rows - kept.num_rows
-        if kept.num_rows:
-            write_part(output_uri, kept)
+        write_part(output_uri, kept)
         filesystem.rm(path)
     return removed
 

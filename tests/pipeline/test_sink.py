@@ -87,6 +87,24 @@ def test_many_parts_read_concurrently_keep_name_order_and_first_part_wins(tmp_pa
         first_owner
 
 
+def test_deduplicate_loses_nothing_when_a_rewritten_part_takes_a_later_parts_name(tmp_path):
+    """Parts {x}, {x, y, z}, {y, z} in name order: the middle one, rewritten without x, is named like the last,
+    which is all duplicates and goes; y and z must survive."""
+    for suffix in range(10_000):  # ids whose part names sort in the order the case needs
+        x, y, z = (f"{name}{suffix}" for name in "xyz")
+        names = [part_name(ids) for ids in ([x], [x, y, z], [y, z])]
+        if names == sorted(names):
+            break
+    output = str(tmp_path / "out")
+    write_part(output, rows([x], text="first"))
+    write_part(output, rows([x, y, z], text="second"))
+    write_part(output, rows([y, z], text="third"))
+    assert deduplicate(output) == 3
+    table = read_output(output)
+    assert dict(zip(table.column(schema.UTTERANCE_ID).to_pylist(), table.column(schema.TEXT).to_pylist())) == {
+        x: f"first {x}", y: f"second {y}", z: f"second {z}"}
+
+
 def test_missing_output_has_nothing_committed(tmp_path):
     assert committed_ids(str(tmp_path / "none")) == set()
     assert read_output(str(tmp_path / "none")).num_rows == 0
