@@ -83,7 +83,10 @@ def main() -> None:
                 saved = sink.READ_THREADS, sink._filesystem
                 sink.READ_THREADS = threads
                 if latency_s:
-                    sink._filesystem = lambda uri: (_Slow(saved[1](uri)[0], latency_s), saved[1](uri)[1])
+                    def slow_filesystem(uri: str):
+                        filesystem, root = saved[1](uri)
+                        return _Slow(filesystem, latency_s), root
+                    sink._filesystem = slow_filesystem
                 try:
                     scans(output)
                 finally:
