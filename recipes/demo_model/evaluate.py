@@ -5,7 +5,8 @@
         --manifests /root/loopscribe-data/manifests/test.json /root/loopscribe-data/manifests/domain_test.json
 
 --checkpoint may also be a .nemo file (then nothing is exported). Prints one table row per manifest, head
-and voice group (all / seen in training / held out), and writes the rows as JSON next to the .nemo.
+and group (all / voices seen in training / held out; with --by-condition also by the SNR of the added noise
+and the speaking rate), and writes the rows as JSON next to the .nemo.
 """
 
 from __future__ import annotations
@@ -50,6 +51,26 @@ def score(references: list[str], hypotheses: list[str]) -> dict:
     }
 
 
+def condition_groups(entries: list[dict], by_condition: bool) -> dict[str, list[int]]:
+    """Utterance indices per group: all, seen / held-out voices, and with by_condition the added noise's SNR
+    and the speaking rate (the synthesis fields synthesize.py writes into the manifest). Empty groups dropped."""
+    keys = {"all": lambda e: True}
+    if any("voice_seen" in e for e in entries):
+        keys["seen_voices"] = lambda e: e.get("voice_seen", True)
+        keys["held_out_voices"] = lambda e: not e.get("voice_seen", True)
+    if by_condition and any("snr_db" in e for e in entries):
+        keys["no_noise"] = lambda e: e.get("snr_db") is None
+        keys["snr_below_15db"] = lambda e: e.get("snr_db") is not None and e["snr_db"] < 15
+        keys["snr_15_to_25db"] = lambda e: e.get("snr_db") is not None and 15 <= e["snr_db"] < 25
+        keys["snr_25db_up"] = lambda e: e.get("snr_db") is not None and e["snr_db"] >= 25
+    if by_condition and any("speed_wpm" in e for e in entries):
+        keys["below_150wpm"] = lambda e: e.get("speed_wpm", 0) < 150
+        keys["150_to_190wpm"] = lambda e: 150 <= e.get("speed_wpm", 0) < 190
+        keys["190wpm_up"] = lambda e: e.get("speed_wpm", 0) >= 190
+    groups = {name: [i for i, e in enumerate(entries) if keep(e)] for name, keep in keys.items()}
+    return {name: indices for name, indices in groups.items() if indices}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True)
@@ -59,6 +80,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--examples", type=int, default=3, help="print this many hypotheses per manifest")
+    parser.add_argument("--by-condition", action="store_true",
+                        help="also score by added-noise SNR and speaking rate (from the manifest's synthesis fields)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
@@ -79,14 +102,8 @@ def main() -> None:
             started = time.time()
             hypotheses = transcribe(model, paths, head, args.batch_size)
             wall_s = time.time() - started
-            groups = {"all": range(len(entries))}
-            if any("voice_seen" in e for e in entries):
-                groups["seen_voices"] = [i for i, e in enumerate(entries) if e.get("voice_seen", True)]
-                groups["held_out_voices"] = [i for i, e in enumerate(entries) if not e.get("voice_seen", True)]
-            for group, indices in groups.items():
-                if not indices:
-                    continue
-                row = {"manifest": Path(manifest).stem, "head": head, "voices": group,
+            for group, indices in condition_groups(entries, args.by_condition).items():
+                row = {"manifest": Path(manifest).stem, "head": head, "group": group,
                        **score([references[i] for i in indices], [hypotheses[i] for i in indices])}
                 if group == "all":
                     row["wall_s"] = round(wall_s, 1)
