@@ -5,8 +5,10 @@
 #   audio      espeak-ng synthesis of train (all 65k sentences, in two parts), dev, test, domain_test -> WAV + manifests
 #   tokenizer  SentencePiece BPE, 256 pieces, on the training text
 #   smoke      30 steps into a throwaway folder, then resume to 40: the loss falls, checkpoints and resume work
-#   train      start, or resume, the long run in the background (log: $TRAIN_DIR/train.log)
+#   train      start, or resume, the long run in the background (log: $TRAIN_DIR/train.log), and `snapshots`
+#              beside it: copies of the newest 16 checkpoints in $TRAIN_DIR/snapshots, for `average`
 #   evaluate   export the last checkpoint to .nemo and score both heads on test and domain_test
+#   average    average the newest $AVERAGE snapshots (default 8) of the run, export, score on dev, test, domain_test
 #   fitcheck   WER on 200 training utterances against 200 dev ones: is the model memorizing its corpus?
 # Wall times measured on the 2-core build machine are in docs/demo_model.md.
 set -euo pipefail
@@ -63,7 +65,32 @@ case "${1:-}" in
       model.validation_ds.manifest_filepath="$DATA/manifests/dev200.json" \
       model.tokenizer.dir="$DATA/tokenizer_bpe256" exp_manager.exp_dir="$TRAIN_DIR" \
       >> "$TRAIN_DIR/train.log" 2>&1 &
-    echo "training pid $! (log $TRAIN_DIR/train.log, curve $TRAIN_DIR/curve.tsv)"
+    train_pid=$!
+    echo "training pid $train_pid (log $TRAIN_DIR/train.log, curve $TRAIN_DIR/curve.tsv)"
+    # save_top_k keeps only the best three and the last checkpoint; `average` needs a run of recent ones
+    nohup "$0" snapshots "$train_pid" > /dev/null 2>&1 &
+    ;;
+  snapshots)
+    # while training process $2 lives: copy each new *-last.ckpt into $TRAIN_DIR/snapshots, keep the newest 16
+    mkdir -p "$TRAIN_DIR/snapshots"
+    seen=""
+    while kill -0 "$2" 2> /dev/null; do
+      last="$(ls "$TRAIN_DIR"/*/checkpoints/*-last.ckpt 2> /dev/null | head -1 || true)"  # none before the first validation
+      if [ -n "$last" ] && [ "$(stat -c %Y "$last")" != "$seen" ]; then
+        seen="$(stat -c %Y "$last")"
+        sleep 10  # let the writer finish
+        cp "$last" "$TRAIN_DIR/snapshots/$seen.ckpt"
+        ls -t "$TRAIN_DIR"/snapshots/*.ckpt | tail -n +17 | xargs -r rm -f
+      fi
+      sleep 30
+    done
+    ;;
+  average)
+    mapfile -t newest < <(ls -t "$TRAIN_DIR"/snapshots/*.ckpt | head -"${AVERAGE:-8}")
+    nice -n 10 "$PY" average.py --out "$TRAIN_DIR/averaged.ckpt" "${newest[@]}"
+    nice -n 10 "$PY" evaluate.py --threads "$THREADS" --checkpoint "$TRAIN_DIR/averaged.ckpt" \
+      --nemo "$TRAIN_DIR/demo_hybrid_rnnt_ctc_averaged.nemo" \
+      --manifests "$DATA/manifests/dev.json" "$DATA/manifests/test.json" "$DATA/manifests/domain_test.json"
     ;;
   evaluate)
     checkpoint="$(ls -t "$TRAIN_DIR"/*/checkpoints/*-last.ckpt | head -1)"
