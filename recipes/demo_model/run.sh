@@ -9,6 +9,8 @@
 #              beside it: copies of the newest 16 checkpoints in $TRAIN_DIR/snapshots, for `average`
 #   evaluate   export the last checkpoint to .nemo and score both heads on test and domain_test
 #   average    average the newest $AVERAGE snapshots (default 8) of the run, export, score on dev, test, domain_test
+#   cooldown   a branch from the newest checkpoint whose learning rate anneals to zero over $COOLDOWN_STEPS (800),
+#              in $TRAIN_DIR/cooldown (foreground); the main run is left as it was, to resume later
 #   fitcheck   WER on 200 training utterances against 200 dev ones: is the model memorizing its corpus?
 # Wall times measured on the 2-core build machine are in docs/demo_model.md.
 set -euo pipefail
@@ -84,6 +86,17 @@ case "${1:-}" in
       fi
       sleep 30
     done
+    ;;
+  cooldown)
+    checkpoint="$(ls -t "$TRAIN_DIR"/*/checkpoints/*-last.ckpt | head -1)"
+    rm -rf "$TRAIN_DIR/cooldown"
+    mkdir -p "$TRAIN_DIR/cooldown"
+    cp "$checkpoint" "$TRAIN_DIR/cooldown/start.ckpt"
+    nice -n 10 "$PY" train.py --threads "$THREADS" --cooldown-from "$TRAIN_DIR/cooldown/start.ckpt" \
+      model.train_ds.manifest_filepath="$DATA/manifests/train_all.json" \
+      model.validation_ds.manifest_filepath="$DATA/manifests/dev200.json" \
+      model.tokenizer.dir="$DATA/tokenizer_bpe256" exp_manager.exp_dir="$TRAIN_DIR/cooldown" \
+      trainer.max_steps="${COOLDOWN_STEPS:-800}" 2>&1 | tee "$TRAIN_DIR/cooldown/train.log"
     ;;
   average)
     mapfile -t newest < <(ls -t "$TRAIN_DIR"/snapshots/*.ckpt | head -"${AVERAGE:-8}")

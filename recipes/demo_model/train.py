@@ -35,18 +35,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(Path(__file__).with_name("fastconformer_hybrid_small.yaml")))
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument("--cooldown-from", metavar="CKPT",
+                        help="a cool-down branch: this checkpoint's weights, a fresh optimizer, and the learning rate it "
+                             "was training at, warmed up again over 40 steps and annealed to zero by trainer.max_steps")
     parser.add_argument("overrides", nargs="*", help="OmegaConf key=value overrides")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)  # denormal floats in small gradients make CPU kernels 5-10x slower
 
     cfg = OmegaConf.merge(OmegaConf.load(args.config), OmegaConf.from_dotlist(args.overrides))
+    start = None
+    if args.cooldown_from:
+        start = torch.load(args.cooldown_from, map_location="cpu", weights_only=False)
+        lr = start["optimizer_states"][0]["param_groups"][0]["lr"]
+        cfg.model.optim.lr = lr
+        cfg.model.optim.sched = {"name": "CosineAnnealing", "warmup_steps": 40, "min_lr": 1e-6}
+        print(f"cool-down from step {start['global_step']} at lr {lr:.2e} over {cfg.trainer.max_steps} steps", flush=True)
     exp_dir = Path(cfg.exp_manager.exp_dir)
     exp_dir.mkdir(parents=True, exist_ok=True)
 
     trainer = pl.Trainer(**OmegaConf.to_container(cfg.trainer, resolve=True), callbacks=[Curve(exp_dir / "curve.tsv")])
     exp_manager(trainer, cfg.get("exp_manager"))
     model = EncDecHybridRNNTCTCBPEModel(cfg=cfg.model, trainer=trainer)
+    if start is not None:
+        model.load_state_dict(start["state_dict"])  # strict: the branch has the main run's exact architecture
     if cfg.trainer.accelerator == "cpu":
         use_torch_rnnt_loss(model)  # NeMo's CPU RNN-T loss loops over the lattice in Python (rnnt_loss_torch.py)
     parameters = sum(p.numel() for p in model.parameters())
