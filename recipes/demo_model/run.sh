@@ -8,7 +8,7 @@
 #   train      start, or resume, the long run in the background (log: $TRAIN_DIR/train.log), and `snapshots`
 #              beside it: copies of the newest 16 checkpoints in $TRAIN_DIR/snapshots, for `average`
 #   evaluate   export the last checkpoint to .nemo and score both heads on test and domain_test
-#   average    average the newest $AVERAGE snapshots (default 8) of the run, export, score on dev, test, domain_test
+#   average    average the newest $AVERAGE snapshots (default 16) of the run, export, score on dev, test, domain_test
 #   cooldown   a branch from the newest checkpoint whose learning rate anneals to zero over $COOLDOWN_STEPS (800),
 #              in $TRAIN_DIR/cooldown (foreground); the main run is left as it was, to resume later
 #   fitcheck   WER on 200 training utterances against 200 dev ones: is the model memorizing its corpus?
@@ -99,9 +99,9 @@ case "${1:-}" in
       trainer.max_steps="${COOLDOWN_STEPS:-800}" 2>&1 | tee "$TRAIN_DIR/cooldown/train.log"
     ;;
   average)
-    mapfile -t newest < <(ls -t "$TRAIN_DIR"/snapshots/*.ckpt | head -"${AVERAGE:-8}")
+    mapfile -t newest < <(ls -t "$TRAIN_DIR"/snapshots/*.ckpt | head -"${AVERAGE:-16}")
     nice -n 10 "$PY" average.py --out "$TRAIN_DIR/averaged.ckpt" "${newest[@]}"
-    nice -n 10 "$PY" evaluate.py --threads "$THREADS" --checkpoint "$TRAIN_DIR/averaged.ckpt" \
+    nice -n 10 "$PY" evaluate.py --threads "$THREADS" --checkpoint "$TRAIN_DIR/averaged.ckpt" --by-condition \
       --nemo "$TRAIN_DIR/demo_hybrid_rnnt_ctc_averaged.nemo" \
       --manifests "$DATA/manifests/dev.json" "$DATA/manifests/test.json" "$DATA/manifests/domain_test.json"
     ;;
