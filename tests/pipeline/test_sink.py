@@ -95,6 +95,7 @@ def test_deduplicate_loses_nothing_when_a_rewritten_part_takes_a_later_parts_nam
         names = [part_name(ids) for ids in ([x], [x, y, z], [y, z])]
         if names == sorted(names):
             break
+    assert names == sorted(names), "no ids found whose part names give the order this case needs"
     output = str(tmp_path / "out")
     write_part(output, rows([x], text="first"))
     write_part(output, rows([x, y, z], text="second"))
