@@ -12,6 +12,10 @@
 #   cooldown   a branch from the newest checkpoint whose learning rate anneals to zero over $COOLDOWN_STEPS (800),
 #              in $TRAIN_DIR/cooldown (foreground); the main run is left as it was, to resume later
 #   fitcheck   WER on 200 training utterances against 200 dev ones: is the model memorizing its corpus?
+#   gpu-audio  on a GPU machine (offline_bundle.sh carries what it needs): dev200, and fresh renderings of all training
+#              sentences with the seeds in $RENDER_SEEDS (default 9), $PROCESSES synthesis processes (default: all cores)
+#   gpu-train  fine-tune $INIT (default: the committed model) on those renderings on the GPU until unix time $UNTIL,
+#              learning rate by wall clock ($SINCE..$UNTIL, peak $PEAK_LR), in $TRAIN_DIR/gpu; resumes if restarted
 # Wall times measured on the 2-core build machine are in docs/demo_model.md.
 set -euo pipefail
 
@@ -20,7 +24,7 @@ VENV="${VENV:-/root/venvs/nemo}"
 DATA="${DATA:-/root/loopscribe-data}"
 TRAIN_DIR="${TRAIN_DIR:-/root/loopscribe-train}"
 THREADS="${THREADS:-2}"
-PY="$VENV/bin/python"
+PY="${PY:-$VENV/bin/python}"
 export OMP_WAIT_POLICY=PASSIVE
 cd "$HERE"
 
@@ -118,6 +122,29 @@ case "${1:-}" in
     nice -n 10 "$PY" evaluate.py --threads "$THREADS" --checkpoint "$checkpoint" --nemo "$TRAIN_DIR/fitcheck.nemo" \
       --manifests "$DATA/manifests/train200.json" "$DATA/manifests/dev200.json"
     ;;
+  gpu-audio)
+    processes="${PROCESSES:-$(nproc)}"
+    "$PY" synthesize.py --data-dir "$DATA" --text "$DATA/text/dev.txt" --split dev200 --limit 200 --voices train \
+      --processes "$processes"  # the same 200 utterances as dev200.json here: same text, seed and espeak-ng
+    manifests=()
+    for seed in ${RENDER_SEEDS:-9}; do
+      "$PY" synthesize.py --data-dir "$DATA" --text "$DATA/text/train.txt" --split "train_seed$seed" --voices train \
+        --seed "$seed" --processes "$processes"
+      manifests+=("$DATA/manifests/train_seed$seed.json")
+    done
+    cat "${manifests[@]}" > "$DATA/manifests/train_gpu.json"
+    ;;
+  gpu-train)
+    # batches 8x the CPU run's (about 9 minutes of audio), 12 loader workers, validation every 200 steps
+    "$PY" train.py --threads 4 --stall-timeout 300 --init-from "${INIT:-$HERE/../../models/demo_hybrid_rnnt_ctc.nemo}" \
+      --wall-schedule "${SINCE:-$(date +%s)}" "${UNTIL:?unix time to stop}" "${PEAK_LR:-1.5e-3}" \
+      trainer.accelerator=gpu trainer.limit_train_batches=200 trainer.val_check_interval=200 trainer.log_every_n_steps=50 \
+      model.train_ds.manifest_filepath="$DATA/manifests/train_gpu.json" model.train_ds.num_workers=12 \
+      model.train_ds.pin_memory=true model.train_ds.bucket_buffer_size=20000 model.train_ds.shuffle_buffer_size=20000 \
+      "model.train_ds.bucket_batch_size=[528,400,320,256,208,176,160,128,104,80,40]" model.joint.fused_batch_size=256 \
+      model.validation_ds.manifest_filepath="$DATA/manifests/dev200.json" model.tokenizer.dir="$DATA/tokenizer_bpe256" \
+      exp_manager.exp_dir="$TRAIN_DIR/gpu" "${@:2}"  # more overrides after the step name
+    ;;
   *)
-    sed -n '2,12p' "$0"; exit 2 ;;
+    sed -n '2,16p' "$0"; exit 2 ;;
 esac

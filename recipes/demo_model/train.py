@@ -13,9 +13,13 @@ wall hours and audio hours so far (summed over resumes), dev WER of the RNN-T an
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import math
 import os
 import sys
+import threading
 import time
+import traceback
 from pathlib import Path
 
 # CPU traps (docs/demo_model.md): busy-waiting OpenMP threads fight the other processes on a 2-core machine.
@@ -38,6 +42,19 @@ def main() -> None:
     parser.add_argument("--cooldown-from", metavar="CKPT",
                         help="a cool-down branch: this checkpoint's weights, a fresh optimizer, and the learning rate it "
                              "was training at, warmed up again over 40 steps and annealed to zero by trainer.max_steps")
+    parser.add_argument("--init-from", metavar="MODEL",
+                        help="start from these weights (a .nemo or .ckpt of the same architecture) with a fresh optimizer")
+    parser.add_argument("--wall-schedule", nargs=3, type=float, metavar=("SINCE", "UNTIL", "PEAK_LR"),
+                        help="learning rate by wall clock instead of by step, for a run with a fixed time budget "
+                             "(a rented GPU): warm up to PEAK_LR over the first 3%% of SINCE..UNTIL (unix seconds), "
+                             "cosine to 1%% of it by UNTIL, then save <exp_dir>/final.ckpt and stop; absolute times, "
+                             "so a restarted run continues the same schedule")
+    parser.add_argument("--torch-rnnt-loss", action="store_true",
+                        help="the vectorized torch RNN-T loss (rnnt_loss_torch.py) on any device; default on the CPU only")
+    parser.add_argument("--stall-timeout", type=float, default=0, metavar="SECONDS",
+                        help="exit (status 3, all threads' stacks printed) when no training or validation batch has "
+                             "finished for this long, e.g. when lhotse's sampler thread has died and the loader waits "
+                             "on it forever; 0 (default): never")
     parser.add_argument("overrides", nargs="*", help="OmegaConf key=value overrides")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -51,24 +68,102 @@ def main() -> None:
         cfg.model.optim.lr = lr
         cfg.model.optim.sched = {"name": "CosineAnnealing", "warmup_steps": 40, "min_lr": 1e-6}
         print(f"cool-down from step {start['global_step']} at lr {lr:.2e} over {cfg.trainer.max_steps} steps", flush=True)
+    callbacks = []
     exp_dir = Path(cfg.exp_manager.exp_dir)
     exp_dir.mkdir(parents=True, exist_ok=True)
+    if args.wall_schedule:
+        since, until, peak = args.wall_schedule
+        cfg.model.optim.lr = peak
+        cfg.model.optim.pop("sched", None)  # no step-based scheduler: WallClockSchedule sets the rate
+        callbacks.append(WallClockSchedule(since, until, peak, exp_dir / "final.ckpt"))
+        print(f"wall-clock schedule: peak lr {peak:.2e}, {(until - time.time()) / 60:.1f} minutes left", flush=True)
 
-    trainer = pl.Trainer(**OmegaConf.to_container(cfg.trainer, resolve=True), callbacks=[Curve(exp_dir / "curve.tsv")])
+    if args.stall_timeout:
+        callbacks.append(StallWatchdog(args.stall_timeout))
+
+    trainer = pl.Trainer(**OmegaConf.to_container(cfg.trainer, resolve=True),
+                         callbacks=[Curve(exp_dir / "curve.tsv"), *callbacks])
     exp_manager(trainer, cfg.get("exp_manager"))
     model = EncDecHybridRNNTCTCBPEModel(cfg=cfg.model, trainer=trainer)
     if start is not None:
         model.load_state_dict(start["state_dict"])  # strict: the branch has the main run's exact architecture
-    if cfg.trainer.accelerator == "cpu":
+    if args.init_from and not any(exp_dir.glob("*/checkpoints/*-last.ckpt")):  # a resumed run has its own weights
+        model.load_state_dict(weights(args.init_from))
+        print(f"initialized from {args.init_from}", flush=True)
+    if cfg.trainer.accelerator == "cpu" or args.torch_rnnt_loss:
         use_torch_rnnt_loss(model)  # NeMo's CPU RNN-T loss loops over the lattice in Python (rnnt_loss_torch.py)
     parameters = sum(p.numel() for p in model.parameters())
     print(f"parameters: {parameters} ({parameters / 1e6:.2f} M)", flush=True)
-    trainer.fit(model)
     # lhotse's bucketing sampler leaves a non-daemon producer thread blocked on a queue, so the interpreter
-    # would wait forever at exit; everything is saved by now.
+    # would wait forever at exit, also after an error (a GPU run once sat 9 minutes on a dead step that way)
+    status = 0
+    try:
+        trainer.fit(model)
+    except BaseException:
+        traceback.print_exc()
+        status = 1
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(status)
+
+
+def weights(path: str) -> dict:
+    if path.endswith(".nemo"):
+        from nemo.collections.asr.models import ASRModel
+
+        return ASRModel.restore_from(path, map_location="cpu").state_dict()
+    return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+
+
+class WallClockSchedule(pl.Callback):
+    """Learning rate as a function of wall-clock time between two absolute instants; stops at the second."""
+
+    WARMUP = 0.03
+    FLOOR = 0.01
+
+    def __init__(self, since: float, until: float, peak: float, final: Path) -> None:
+        self.since, self.until, self.peak, self.final = since, until, peak, final
+
+    def rate(self, now: float) -> float:
+        fraction = min(max((now - self.since) / (self.until - self.since), 0.0), 1.0)
+        if fraction < self.WARMUP:
+            return self.peak * max(fraction / self.WARMUP, self.FLOOR)
+        progress = (fraction - self.WARMUP) / (1 - self.WARMUP)
+        return self.peak * (self.FLOOR + (1 - self.FLOOR) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        for group in trainer.optimizers[0].param_groups:
+            group["lr"] = self.rate(time.time())
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if time.time() >= self.until and not trainer.should_stop:
+            trainer.save_checkpoint(self.final, weights_only=True)
+            print(f"[wall-schedule] time is up at step {trainer.global_step}: wrote {self.final}", flush=True)
+            trainer.should_stop = True
+
+
+class StallWatchdog(pl.Callback):
+    """Ends the process when batches stop finishing: a rented GPU should not sit idle on a hung loader."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.last = time.monotonic()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(10.0, self.timeout_s))
+            if time.monotonic() - self.last > self.timeout_s:
+                print(f"[stall] no batch finished for {self.timeout_s:.0f} s; exiting", flush=True)
+                faulthandler.dump_traceback(all_threads=True)
+                sys.stderr.flush()
+                os._exit(3)
+
+    def on_train_batch_end(self, *args) -> None:
+        self.last = time.monotonic()
+
+    def on_validation_batch_end(self, *args) -> None:
+        self.last = time.monotonic()
 
 
 class Curve(pl.Callback):
