@@ -6,6 +6,9 @@ Every run with the same exp_manager.exp_dir resumes from its last checkpoint (ex
 so the command that starts training is also the command that resumes it. Extra `key=value` arguments are
 OmegaConf overrides, e.g. `trainer.max_steps=20 trainer.limit_train_batches=10` for a smoke run.
 
+On a GPU with a time budget (`./run.sh gpu-train`): `--init-from` a trained model, `--wall-schedule` to end the
+learning rate and the run at a deadline, `--stall-timeout` so a hung loader does not hold the GPU.
+
 Besides NeMo's own logs, each validation appends one line to <exp_dir>/curve.tsv: UTC time, step, training
 wall hours and audio hours so far (summed over resumes), dev WER of the RNN-T and CTC heads.
 """
@@ -95,7 +98,7 @@ def main() -> None:
     parameters = sum(p.numel() for p in model.parameters())
     print(f"parameters: {parameters} ({parameters / 1e6:.2f} M)", flush=True)
     # lhotse's bucketing sampler leaves a non-daemon producer thread blocked on a queue, so the interpreter
-    # would wait forever at exit, also after an error (a GPU run once sat 9 minutes on a dead step that way)
+    # would wait forever at exit, also after an error (a GPU run once sat 6 minutes on a failed first step that way)
     status = 0
     try:
         trainer.fit(model)
