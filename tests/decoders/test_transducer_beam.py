@@ -148,8 +148,33 @@ def assert_agree(batched: BatchedHypotheses, reference, beam_size: int) -> None:
         assert got.durations == expected[0].durations, f"utterance {index}: best durations"
         assert got.score == pytest.approx(expected[0].score, abs=1e-5)
         listed = [h for h in nbest[index * beam_size : (index + 1) * beam_size] if h.score > -math.inf]
-        assert [h.tokens for h in listed] == [h.tokens for h in expected], f"utterance {index}: n-best tokens"
         assert [h.score for h in listed] == pytest.approx([h.score for h in expected], abs=1e-5)
+        assert_same_nbest_tokens(listed, expected, beam_size, f"utterance {index}: n-best tokens")
+
+
+TIE = 1e-9  # scores are float64: hypotheses this close are exact ties, not a decoder's rounding
+
+
+def assert_same_nbest_tokens(listed, expected, beam_size: int, message: str) -> None:
+    """The n-best lists hold the same hypotheses in the same order, up to exact ties.
+
+    Hypotheses with equal scores may come in either order (top-k leaves their order open), and a tie that
+    straddles the end of a full beam may keep different members in each list; the tiny models make such
+    ties (hypothesis found [[6, 6], [1, 6], [6, 1], [4, 6]] against the reference's [[6, 6], [6, 1], [1, 6],
+    [6, 4]], [1, 6] and [6, 1] with bit-equal scores, as were [4, 6] and [6, 4])."""
+    assert len(listed) == len(expected), message
+    start = 0
+    while start < len(expected):
+        end = start + 1
+        while end < len(expected) and abs(expected[end].score - expected[start].score) <= TIE:
+            end += 1
+        group = slice(start, end)
+        if end == beam_size:  # the last group of a full beam: its ties may extend past the beam
+            assert all(abs(h.score - expected[start].score) <= TIE for h in listed[group]), message
+            assert len({tuple(h.tokens) for h in listed[group]}) == end - start, message
+        else:
+            assert sorted(h.tokens for h in listed[group]) == sorted(h.tokens for h in expected[group]), message
+        start = end
 
 
 @st.composite
