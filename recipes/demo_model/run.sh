@@ -16,6 +16,7 @@
 #              sentences with the seeds in $RENDER_SEEDS (default 9), $PROCESSES synthesis processes (default: all cores)
 #   gpu-train  fine-tune $INIT (default: the committed model) on those renderings on the GPU until unix time $UNTIL,
 #              learning rate by wall clock ($SINCE..$UNTIL, peak $PEAK_LR), in $TRAIN_DIR/gpu; resumes if restarted
+#              (give a restart the first run's SINCE to keep its schedule)
 # Wall times measured on the 2-core build machine are in docs/demo_model.md.
 set -euo pipefail
 
@@ -125,7 +126,7 @@ case "${1:-}" in
   gpu-audio)
     processes="${PROCESSES:-$(nproc)}"
     "$PY" synthesize.py --data-dir "$DATA" --text "$DATA/text/dev.txt" --split dev200 --limit 200 --voices train \
-      --processes "$processes"  # the same 200 utterances as dev200.json here: same text, seed and espeak-ng
+      --processes "$processes"  # dev200.json's sentences, voices and noise settings (same text and seed)
     manifests=()
     for seed in ${RENDER_SEEDS:-9}; do
       "$PY" synthesize.py --data-dir "$DATA" --text "$DATA/text/train.txt" --split "train_seed$seed" --voices train \
@@ -146,5 +147,5 @@ case "${1:-}" in
       exp_manager.exp_dir="$TRAIN_DIR/gpu" "${@:2}"  # more overrides after the step name
     ;;
   *)
-    sed -n '2,16p' "$0"; exit 2 ;;
+    sed -n '2,20p' "$0"; exit 2 ;;
 esac
