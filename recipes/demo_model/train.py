@@ -34,6 +34,7 @@ import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
 from nemo.collections.asr.models import EncDecHybridRNNTCTCBPEModel  # noqa: E402
 from nemo.utils.exp_manager import exp_manager  # noqa: E402
+from evaluate import load  # noqa: E402
 from rnnt_loss_torch import use_torch_rnnt_loss  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
@@ -91,7 +92,7 @@ def main() -> None:
     if start is not None:
         model.load_state_dict(start["state_dict"])  # strict: the branch has the main run's exact architecture
     if args.init_from and not any(exp_dir.glob("*/checkpoints/*-last.ckpt")):  # a resumed run has its own weights
-        model.load_state_dict(weights(args.init_from))
+        model.load_state_dict(load(args.init_from).state_dict())  # evaluate.load: a .nemo or a .ckpt
         print(f"initialized from {args.init_from}", flush=True)
     if cfg.trainer.accelerator == "cpu" or args.torch_rnnt_loss:
         use_torch_rnnt_loss(model)  # NeMo's CPU RNN-T loss loops over the lattice in Python (rnnt_loss_torch.py)
@@ -108,14 +109,6 @@ def main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
-
-
-def weights(path: str) -> dict:
-    if path.endswith(".nemo"):
-        from nemo.collections.asr.models import ASRModel
-
-        return ASRModel.restore_from(path, map_location="cpu").state_dict()
-    return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
 
 
 class WallClockSchedule(pl.Callback):

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from decoders.hypotheses import BatchedHypotheses
+from decoders.hypotheses import BatchedHypotheses, Hypothesis
 from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias
 from decoders.transducer_beam import (
     AesBeamSearch,
@@ -161,7 +161,9 @@ def assert_same_nbest_tokens(listed, expected, beam_size: int, message: str) -> 
     Hypotheses with equal scores may come in either order (top-k leaves their order open), and a tie that
     straddles the end of a full beam may keep different members in each list; the tiny models make such
     ties (hypothesis found [[6, 6], [1, 6], [6, 1], [4, 6]] against the reference's [[6, 6], [6, 1], [1, 6],
-    [6, 4]], [1, 6] and [6, 1] with bit-equal scores, as were [4, 6] and [6, 4])."""
+    [6, 4]], [1, 6] and [6, 1] with bit-equal scores, as were [4, 6] and [6, 4]). Such a member must still be
+    one the reference could have kept: its score ties, and it is the reference member's tokens reordered on
+    the same frames and durations."""
     assert len(listed) == len(expected), message
     start = 0
     while start < len(expected):
@@ -172,9 +174,54 @@ def assert_same_nbest_tokens(listed, expected, beam_size: int, message: str) -> 
         if end == beam_size:  # the last group of a full beam: its ties may extend past the beam
             assert all(abs(h.score - expected[start].score) <= TIE for h in listed[group]), message
             assert len({tuple(h.tokens) for h in listed[group]}) == end - start, message
+            for got in listed[group]:
+                assert any(
+                    got.tokens == want.tokens
+                    or (
+                        sorted(got.tokens) == sorted(want.tokens)
+                        and got.frame_indices == want.frame_indices
+                        and got.durations == want.durations
+                    )
+                    for want in expected[group]
+                ), message
         else:
             assert sorted(h.tokens for h in listed[group]) == sorted(h.tokens for h in expected[group]), message
         start = end
+
+
+def test_nbest_comparison_forgives_exact_ties_and_nothing_else():
+    def hyps(*entries):
+        return [Hypothesis(tokens, [0, 2], [2, 2], [], score) for tokens, score in entries]
+
+    # the case CI's hypothesis run found (AES, TDT 0-2-4-6, beam 4), scores as the decoders gave them
+    reference = hyps(
+        ([6, 6], -5.664749359586011),
+        ([6, 1], -5.73499793360449),
+        ([1, 6], -5.73499793360449),
+        ([6, 4], -5.741268878676664),
+    )
+    found = hyps(
+        ([6, 6], -5.664749359586011),
+        ([1, 6], -5.73499793360449),
+        ([6, 1], -5.73499793360449),
+        ([4, 6], -5.741268878676664),
+    )
+    assert_same_nbest_tokens(found, reference, 4, "tie")
+    wrong_last = hyps(*[(h.tokens, h.score) for h in found[:3]], ([4, 5], -5.741268878676664))
+    wrong_inner = hyps(
+        ([6, 6], -5.664749359586011),
+        ([1, 6], -5.73499793360449),
+        ([4, 6], -5.73499793360449),
+        ([6, 4], -5.741268878676664),
+    )
+    wrong_order = hyps(
+        *[(h.tokens, h.score) for h in reversed(reference[:2])], *[(h.tokens, h.score) for h in reference[2:]]
+    )
+    for listed in (wrong_last, wrong_inner, wrong_order):
+        with pytest.raises(AssertionError):
+            assert_same_nbest_tokens(listed, reference, 4, "not a tie")
+    with pytest.raises(AssertionError):  # a beam that is not full has no tie beyond its end
+        assert_same_nbest_tokens(found, reference, 5, "not full")
 
 
 @st.composite
