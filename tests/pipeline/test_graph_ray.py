@@ -236,11 +236,16 @@ def test_a_driver_killed_mid_run_then_rerun_ends_with_every_row_once(ray_cluster
 
 
 class _WhoLoads:
-    """Stands in for the audio stage: which actor got which rows."""
+    """Stands in for the audio stage: which actor got which rows.
+
+    It takes 0.1 s a batch, as fetching and decoding audio takes time: an instant stand-in is done before the
+    reader's next block exists, and the pool can then hand every block to the same idle actor (a CI run once saw
+    one actor get all 400 rows)."""
 
     def __call__(self, table):
         import pyarrow as pa
 
+        time.sleep(0.1)
         return pa.table({"pid": [os.getpid()], "ids": [table.column(schema.UTTERANCE_ID).to_pylist()]})
 
 
