@@ -1,6 +1,7 @@
 """Build a token-level n-gram LM from word-level domain text: text -> SentencePiece tokens -> ARPA -> binary.
 
     python -m decoders.ngram.build --tokenizer tokenizer.model --text domain.txt --output domain.lm
+    python -m decoders.ngram.build --tokenizer model.nemo --text domain.txt --output domain.lm
     python -m decoders.ngram.build --tokenizer tokenizer.model --text a.txt b.txt.gz --order 8 \\
         --heldout dev.txt --arpa domain.arpa --tool varikn --output domain.lm
 
@@ -72,13 +73,29 @@ def iter_sentences(paths: Sequence[str | Path]) -> Iterator[str]:
                     yield line
 
 
+def read_sentencepiece_model(path: str | Path) -> bytes:
+    """A SentencePiece model file, or the one a NeMo `.nemo` archive bundles (`<hash>_tokenizer.model`), as bytes."""
+    if not str(path).endswith(".nemo"):
+        return Path(path).read_bytes()
+    import tarfile
+
+    with tarfile.open(path, "r:*") as archive:
+        members = [m for m in archive.getmembers() if m.isfile() and m.name.endswith("tokenizer.model")]
+        if len(members) != 1:
+            raise ValueError(f"{path}: expected one SentencePiece tokenizer.model inside, found {len(members)} "
+                             "(pass the tokenizer.model of the head the LM is for)")
+        handle = archive.extractfile(members[0])
+        assert handle is not None
+        return handle.read()
+
+
 class Tokenizer:
     """A SentencePiece model: sentence -> token ids, and ids -> NeMo's token characters."""
 
     def __init__(self, model_path: str | Path) -> None:
         import sentencepiece
 
-        self.processor = sentencepiece.SentencePieceProcessor(model_file=str(model_path))
+        self.processor = sentencepiece.SentencePieceProcessor(model_proto=read_sentencepiece_model(model_path))
         self.vocab_size = self.processor.get_piece_size()
 
     def encode(self, sentence: str) -> list[int]:
@@ -224,7 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--text", nargs="+", required=True,
                         help="training text files (plain or gzip), a sentence a line")
-    parser.add_argument("--tokenizer", required=True, help="SentencePiece model (the ASR model's tokenizer.model)")
+    parser.add_argument("--tokenizer", required=True,
+                        help="SentencePiece model: the ASR model's tokenizer.model, or its .nemo file")
     parser.add_argument("--output", required=True, help="binary LM to write")
     parser.add_argument("--order", type=int, default=6, help=f"n-gram order, 1..{MAX_ORDER} (default 6)")
     parser.add_argument("--heldout", nargs="*", default=(), help="held-out text files for perplexity")

@@ -4,6 +4,8 @@
 #   text       sentences from fortunes + WordNet -> train/dev/test text; banking/device domain text + test text
 #   audio      espeak-ng synthesis of train (all 65k sentences, in two parts), dev, test, domain_test -> WAV + manifests
 #   tokenizer  SentencePiece BPE, 256 pieces, on the training text
+#   domain-samples  samples/domain/ in the repository: the domain LM text, and dev (50) + test (100) utterances of
+#              domain_test as FLAC with manifests (benchmarks/accuracy.py and the tests use them)
 #   smoke      30 steps into a throwaway folder, then resume to 40: the loss falls, checkpoints and resume work
 #   train      start, or resume, the long run in the background (log: $TRAIN_DIR/train.log), and `snapshots`
 #              beside it: copies of the newest 16 checkpoints in $TRAIN_DIR/snapshots, for `average`
@@ -16,7 +18,7 @@
 #              sentences with the seeds in $RENDER_SEEDS (default 9), $PROCESSES synthesis processes (default: all cores)
 #   gpu-train  fine-tune $INIT (default: the committed model) on those renderings on the GPU until unix time $UNTIL,
 #              learning rate by wall clock ($SINCE..$UNTIL, peak $PEAK_LR), in $TRAIN_DIR/gpu; resumes if restarted
-#              (give a restart the first run's SINCE to keep its schedule)
+#              (give a restart the first run's SINCE to keep its schedule); batches $BATCH_SCALE (8) x the CPU run's
 # Wall times measured on the 2-core build machine are in docs/demo_model.md.
 set -euo pipefail
 
@@ -54,6 +56,9 @@ case "${1:-}" in
     ;;
   tokenizer)
     "$PY" make_tokenizer.py --text "$DATA/text/train.txt" --vocab-size 256 --out "$DATA/tokenizer_bpe256"
+    ;;
+  domain-samples)
+    "$PY" ship_domain.py --data-dir "$DATA"
     ;;
   smoke)
     rm -rf "$TRAIN_DIR-smoke"
@@ -136,16 +141,20 @@ case "${1:-}" in
     cat "${manifests[@]}" > "$DATA/manifests/train_gpu.json"
     ;;
   gpu-train)
-    # batches 8x the CPU run's (about 9 minutes of audio), 12 loader workers, validation every 200 steps
+    # batches $BATCH_SCALE (default 8) times the CPU run's (at 8 about 9 minutes of audio), 12 loader workers, validation
+    # every 200 steps
+    scale="${BATCH_SCALE:-8}"
+    sizes=""
+    for size in 66 50 40 32 26 22 20 16 13 10 5; do sizes="${sizes:+$sizes,}$(( size * scale ))"; done
     "$PY" train.py --threads 4 --stall-timeout 300 --init-from "${INIT:-$HERE/../../models/demo_hybrid_rnnt_ctc.nemo}" \
       --wall-schedule "${SINCE:-$(date +%s)}" "${UNTIL:?unix time to stop}" "${PEAK_LR:-1.5e-3}" \
       trainer.accelerator=gpu trainer.limit_train_batches=200 trainer.val_check_interval=200 trainer.log_every_n_steps=50 \
       model.train_ds.manifest_filepath="$DATA/manifests/train_gpu.json" model.train_ds.num_workers=12 \
       model.train_ds.pin_memory=true model.train_ds.bucket_buffer_size=20000 model.train_ds.shuffle_buffer_size=20000 \
-      "model.train_ds.bucket_batch_size=[528,400,320,256,208,176,160,128,104,80,40]" model.joint.fused_batch_size=256 \
+      "model.train_ds.bucket_batch_size=[$sizes]" model.joint.fused_batch_size=$(( 32 * scale )) \
       model.validation_ds.manifest_filepath="$DATA/manifests/dev200.json" model.tokenizer.dir="$DATA/tokenizer_bpe256" \
       exp_manager.exp_dir="$TRAIN_DIR/gpu" "${@:2}"  # more overrides after the step name
     ;;
   *)
-    sed -n '2,20p' "$0"; exit 2 ;;
+    sed -n '2,22p' "$0"; exit 2 ;;
 esac

@@ -123,3 +123,23 @@ def test_bad_arguments():
         build_lm(["x"], "y", "z", order=11)
     with pytest.raises(ValueError, match="tool"):
         build_lm(["x"], "y", "z", tool="srilm")
+
+
+def test_tokenizer_is_read_from_a_nemo_archive(domain, tmp_path):
+    import tarfile
+
+    from decoders.ngram.build import Tokenizer
+
+    _, _, _, tokenizer = domain
+    archive = tmp_path / "model.nemo"
+    with tarfile.open(archive, "w") as tar:  # NeMo's layout: the config, weights and `<hash>_tokenizer.model`
+        tar.add(tokenizer, arcname="./1f2e3d_tokenizer.model")
+        tar.add(tokenizer.with_suffix(".vocab"), arcname="./1f2e3d_tokenizer.vocab")
+    sentence = "carol lends dave twenty dollars"
+    assert Tokenizer(archive).encode(sentence) == Tokenizer(tokenizer).encode(sentence)
+    assert Tokenizer(archive).vocab_size == 60
+    empty = tmp_path / "no_tokenizer.nemo"
+    with tarfile.open(empty, "w") as tar:
+        tar.add(tokenizer.with_suffix(".vocab"), arcname="./1f2e3d_tokenizer.vocab")
+    with pytest.raises(ValueError, match=r"no_tokenizer\.nemo: expected one SentencePiece tokenizer\.model"):
+        Tokenizer(empty)
