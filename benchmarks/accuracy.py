@@ -6,8 +6,10 @@ text lacks). A token-level LM is built from `samples/domain/lm_text.txt` with `p
 (the model's own tokenizer, read from the `.nemo`); each strategy's LM weight is chosen on `dev.json`
 (50 utterances), with CTC beam search's insertion bonus (token LMs favour short outputs), and reported on
 `test.json` (100). "x greedy" is test WER relative to greedy decoding of the
-same head without an LM (lower is better). The encoder runs once per set; times are decoding only, on the
-test set, measured in the same run. Scoring is jiwer's WER and CER on the transcripts as decoded.
+same head without an LM (lower is better). The encoder runs once per set; "decode s" is one run of decoding
+alone on the test set, to show what the LM costs here; speed comparisons belong to beam.py, ctc.py and ngram.py,
+which interleave their runs. Also printed: the share of encoder frames that blank collapse (at the default
+threshold, 0.9) leaves to the CTC beam search. Scoring is jiwer's WER and CER on the transcripts as decoded.
 
     python benchmarks/accuracy.py            # every strategy, LM weights 0.1-2.0 (and bonuses 0-6)
     python benchmarks/accuracy.py --quick    # four strategies, one LM setting: under a minute on a 2-core CPU
@@ -100,6 +102,15 @@ def transcribe(model: AsrModel, decode: Decode, encoded: EncodedSet) -> list[str
     return texts
 
 
+def frames_kept(model: AsrModel, encoded: EncodedSet, collapse_threshold: float | str | None) -> float:
+    """The share of encoder frames that blank collapse leaves to CTC beam search."""
+    kept = total = 0
+    for output, lengths, _ in encoded.batches:
+        kept += sum(len(frames) for _, frames in compact_ctc_log_probs(model, output, lengths, collapse_threshold))
+        total += int(lengths.sum())
+    return kept / total
+
+
 def strategies(quick: bool, beam_size: int) -> list[tuple[str, DecodingConfig, bool]]:
     """(row name, decoding without an LM, whether the row also runs with the LM)."""
     rows = [
@@ -145,7 +156,8 @@ def main() -> int:
     parser.add_argument("--order", type=int, default=6, help="n-gram order of the domain LM (tokens)")
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--weights", type=float, nargs="+", help="LM weights tried on dev (default: 0.1-2.0)")
-    parser.add_argument("--bonuses", type=float, nargs="+", help="ctc_beam insertion bonuses tried on dev (default: 0-6)")
+    parser.add_argument("--bonuses", type=float, nargs="+",
+                        help="ctc_beam insertion bonuses tried on dev (default: 0-6)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -197,7 +209,10 @@ def main() -> int:
           f"(encoded in {encode_s:.1f} s); domain LM: order {report.order}, {sum(report.ngram_counts)} n-grams, "
           f"built in {build_s:.1f} s, perplexity {report.heldout_perplexity:.2f} per token on dev + test text")
     print(f"beam size {args.beam_size}; LM weights tried on dev: {', '.join(f'{w:g}' for w in weights)}; "
-          f"ctc_beam insertion bonuses: {', '.join(f'{b:g}' for b in bonuses)}\n")
+          f"ctc_beam insertion bonuses: {', '.join(f'{b:g}' for b in bonuses)}")
+    threshold = DecodingConfig().ctc_collapse_threshold
+    kept = frames_kept(model, test, threshold)
+    print(f"blank collapse at {threshold} (ctc_beam rows) keeps {kept:.1%} of the test set's encoder frames\n")
     print("| strategy | head | LM weight (chosen on dev) | dev WER | test WER | test CER | x greedy "
           "| decode s (test) |")
     print("|---|---|---|---|---|---|---|---|")
@@ -207,10 +222,10 @@ def main() -> int:
         bonus = f", bonus {r['insertion_bonus']:g}" if r["insertion_bonus"] and r["lm_weight"] else ""
         print(f"| {r['strategy']} | {r['head']} | {r['lm_weight']:g}{bonus} | {r['dev_wer']:.1%} | {r['test_wer']:.1%} "
               f"| {r['test_cer']:.1%} | {ratio} | {r['decode_s']:.2f} |")
+    lm_figures = {"order": report.order, "ngrams": sum(report.ngram_counts), "perplexity": report.heldout_perplexity}
     print(json.dumps({"benchmark": "accuracy", "quick": args.quick, "model": Path(args.model).name,
                       "dev_utterances": len(dev.references), "test_utterances": len(test.references),
-                      "beam_size": args.beam_size, "lm": {"order": report.order, "ngrams": sum(report.ngram_counts),
-                                                          "perplexity": report.heldout_perplexity},
+                      "beam_size": args.beam_size, "collapse_frames_kept": kept, "lm": lm_figures,
                       "results": results, "machine": machine()}))
     return 0
 

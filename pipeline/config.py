@@ -101,10 +101,19 @@ class DecodingConfig:
             parts.append(f"max_symbols={self.max_symbols}")
         if self.strategy == "ctc_beam" and self.ctc_collapse_threshold is not None:
             parts.append(f"collapse={self.ctc_collapse_threshold}")
+        if self.strategy == "ctc_beam":  # every other setting that changes the results, where not the default
+            parts += [f"{name}={getattr(self, name):g}" for name in ("ctc_insertion_bonus", "ctc_beam_threshold")
+                      if getattr(self, name) != _DECODING_DEFAULTS[name]]
         if self.lm_uri and self.lm_weight > 0:
             parts.append(f"lm={self.lm_uri}")
             parts.append(f"lm_weight={self.lm_weight:g}")
+            if self.strategy in ("alsd", "aes", "wind_beam"):
+                parts += [f"{name}={getattr(self, name)}" for name in ("pruning", "blank_lm_scoring")
+                          if getattr(self, name) != _DECODING_DEFAULTS[name]]
         return " ".join(parts)
+
+
+_DECODING_DEFAULTS = {f.name: f.default for f in fields(DecodingConfig)}
 
 
 @dataclass(frozen=True)

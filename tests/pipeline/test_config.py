@@ -53,6 +53,16 @@ def test_nemo_names_are_aliases_and_collapse_zero_turns_it_off():
     assert config.decoding.describe() == "ctc_beam beam_size=4 lm=lm.bin lm_weight=0.3"
 
 
+def test_the_decoding_column_names_every_setting_that_changed_the_results():
+    assert resolve("--strategy", "ctc_beam", "--ctc-insertion-bonus", "2.5", "--lm", "lm.bin", "--lm-weight", "1",
+                   "--ctc-collapse-threshold", "0").decoding.describe() == (
+        "ctc_beam beam_size=4 ctc_insertion_bonus=2.5 lm=lm.bin lm_weight=1")
+    assert resolve("--strategy", "alsd", "--lm", "lm.bin", "--lm-weight", "0.5", "--pruning", "early",
+                   "--blank-lm-scoring", "none").decoding.describe() == (
+        "alsd beam_size=4 lm=lm.bin lm_weight=0.5 pruning=early blank_lm_scoring=none")
+    assert resolve("--strategy", "alsd", "--pruning", "early").decoding.describe() == "alsd beam_size=4"  # no LM
+
+
 @pytest.mark.parametrize(("values", "message"), [
     ({"decoding": {"strategy": "beam"}}, "decoding.strategy must be one of"),
     ({"decoding": {"beam_sise": 4}}, "unknown keys in decoding: beam_sise"),
