@@ -194,7 +194,7 @@ def main() -> int:
                 hypotheses = transcribe(model, decode, test)
                 seconds = time.perf_counter() - clock
                 wer, cer = score(test.references, hypotheses)
-                head = decoding.head if decoding.strategy != "greedy" else "transducer"
+                head = decoding.head
                 if config.lm_weight == 0 and decoding.strategy in ("greedy", "ctc_greedy"):
                     greedy_wer[head] = wer
                 results.append({"strategy": name, "head": head, "lm_weight": config.lm_weight,

@@ -80,6 +80,7 @@ def domain_dev(tmp_path_factory):
     from pipeline.models import load_asr_model
     from pipeline.recognize import pad_waveforms
 
+    pytest.importorskip("varikn")  # the `lm` extra builds the LM
     lm_path = tmp_path_factory.mktemp("domain_lm") / "domain.lm"
     build_lm([DOMAIN / "lm_text.txt"], BUNDLED_MODEL, lm_path, order=6, tool="varikn")  # the .nemo's tokenizer
     model = load_asr_model(str(BUNDLED_MODEL))
