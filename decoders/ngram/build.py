@@ -188,6 +188,9 @@ def build_lm(text: Sequence[str | Path], tokenizer_path: str | Path, output: str
         raise ValueError("lmplz needs order >= 2")
     started = time.perf_counter()
     tokenizer = Tokenizer(tokenizer_path)
+    for path in (output, arpa):  # their folders, made before the work rather than failing after it
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=work_dir) as scratch:
         scratch = Path(scratch)
         tokens_path = scratch / "tokens.txt"

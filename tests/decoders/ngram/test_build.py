@@ -79,7 +79,7 @@ def test_command_line_prints_json(domain, capsys):
     from decoders.ngram.build import main
 
     folder, text, _, tokenizer = domain
-    output = folder / "cli.lm"
+    output = folder / "new" / "folder" / "cli.lm"  # folders that do not exist yet are made
     assert main(["--text", str(text), "--tokenizer", str(tokenizer), "--output", str(output), "--order", "3",
                  "--heldout-every", "10", "--tool", "varikn", "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
