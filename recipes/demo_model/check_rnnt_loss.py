@@ -7,7 +7,6 @@ import time
 
 import torch
 from nemo.collections.asr.losses.rnnt import RNNTLoss
-
 from rnnt_loss_torch import RNNTLossTorch
 
 

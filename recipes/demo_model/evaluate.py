@@ -21,9 +21,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import jiwer  # noqa: E402
 import torch  # noqa: E402
-from omegaconf import open_dict  # noqa: E402
-
 from nemo.collections.asr.models import ASRModel, EncDecHybridRNNTCTCBPEModel  # noqa: E402
+from omegaconf import open_dict  # noqa: E402
 
 
 def load(checkpoint: str) -> EncDecHybridRNNTCTCBPEModel:

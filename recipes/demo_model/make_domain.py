@@ -18,7 +18,6 @@ import re
 from pathlib import Path
 
 from faker import Faker
-
 from numbers_en import spell_digits, spell_integer
 
 ACCOUNTS = ("checking", "savings", "credit card", "joint", "business", "travel")

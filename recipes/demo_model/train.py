@@ -32,11 +32,11 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "2")
 
 import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
+from evaluate import load  # noqa: E402
 from nemo.collections.asr.models import EncDecHybridRNNTCTCBPEModel  # noqa: E402
 from nemo.utils.exp_manager import exp_manager  # noqa: E402
-from evaluate import load  # noqa: E402
-from rnnt_loss_torch import use_torch_rnnt_loss  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
+from rnnt_loss_torch import use_torch_rnnt_loss  # noqa: E402
 
 
 def main() -> None:
