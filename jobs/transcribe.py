@@ -149,6 +149,17 @@ def config_from_args(args: argparse.Namespace) -> TranscribeJobConfig:
         raise SystemExit(f"invalid configuration: {error}") from None
 
 
+def advice(config: TranscribeJobConfig) -> list[str]:
+    """Settings that are valid but likely to cost accuracy, each with what to do instead."""
+    notes = []
+    decoding = config.decoding
+    if decoding.strategy == "ctc_beam" and decoding.lm_weight > 0 and decoding.ctc_insertion_bonus == 0:
+        notes.append("ctc_beam with an LM and no --ctc-insertion-bonus: a token LM's cost per label makes the search "
+                     "drop letters and short words; tune the bonus with the weight on a dev set "
+                     "(benchmarks/accuracy.py does; docs/benchmarks.md shows the effect)")
+    return notes
+
+
 def connect(config: TranscribeJobConfig) -> None:
     import ray
 
@@ -167,9 +178,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not Path(config.model.uri).exists() and "://" not in config.model.uri:
         raise SystemExit(f"no model at {config.model.uri}: pass --model PATH_OR_URI (a NeMo .nemo file)")
+    lm_uri = config.decoding.lm_uri
+    if lm_uri and not Path(lm_uri).exists() and "://" not in lm_uri:
+        raise SystemExit(f"no LM at {lm_uri}: pass --lm PATH_OR_URI (a binary from `python -m decoders.ngram.build`, "
+                         "or an ARPA file)")
     from pipeline.graph import JobError, run_transcription
 
     print(f"loopscribe: {', '.join(config.manifests)} -> {config.output} ({config.decoding.describe()})", flush=True)
+    for note in advice(config):
+        print(f"loopscribe: note: {note}", file=sys.stderr, flush=True)
     connect(config)
     try:
         summary = run_transcription(config)

@@ -77,6 +77,23 @@ def test_bad_settings_name_the_setting(values, message):
         config_from_dict(values)
 
 
+def test_ctc_beam_with_an_lm_and_no_insertion_bonus_gets_a_note():
+    assert transcribe.advice(resolve("--strategy", "ctc_beam", "--lm", "lm.bin", "--lm-weight", "1"))[0].startswith(
+        "ctc_beam with an LM and no --ctc-insertion-bonus")
+    assert transcribe.advice(resolve("--strategy", "ctc_beam", "--lm", "lm.bin", "--lm-weight", "1",
+                                     "--ctc-insertion-bonus", "4")) == []
+    assert transcribe.advice(resolve("--strategy", "ctc_beam")) == []  # no LM: nothing to balance
+    assert transcribe.advice(resolve("--strategy", "alsd", "--lm", "lm.bin", "--lm-weight", "1")) == []
+
+
+@pytest.mark.parametrize(("flag", "message"), [("--model", "no model at /nowhere/x: pass --model"),
+                                               ("--lm", "no LM at /nowhere/x: pass --lm")])
+def test_a_missing_local_model_or_lm_is_named_before_ray_starts(flag, message):
+    argv = [flag, "/nowhere/x"] + (["--lm-weight", "0.5"] if flag == "--lm" else [])
+    with pytest.raises(SystemExit, match=message):
+        transcribe.main(argv)
+
+
 def test_lm_without_weight_is_refused():
     with pytest.raises(SystemExit, match="--lm needs --lm-weight"):
         resolve("--lm", "lm.bin")
