@@ -20,6 +20,7 @@ The last line of output is one JSON object with every figure.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -44,7 +45,7 @@ from decoders.ngram.build import build_lm  # noqa: E402
 from decoders.ngram.lm import NgramLm  # noqa: E402
 from pipeline.config import DecodingConfig  # noqa: E402
 from pipeline.models import AsrModel, load_asr_model  # noqa: E402
-from pipeline.recognize import build_decoder, compact_ctc_log_probs, ctc_beam_decoder, pad_waveforms  # noqa: E402
+from pipeline.recognize import compact_ctc_log_probs, decode_in_process, pad_waveforms  # noqa: E402
 
 FULL_WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0, 1.2, 1.5, 2.0)
 QUICK_WEIGHTS = (0.6,)
@@ -84,13 +85,8 @@ Decode = Callable[[Tensor, Tensor], list[list[int]]]
 
 def decoder_for(model: AsrModel, decoding: DecodingConfig, lm: NgramLm | None) -> Decode:
     """encoder_output [B, T, D], encoder_lengths [B] -> the token ids of the best hypothesis per utterance."""
-    lm = lm if decoding.lm_weight > 0 else None
-    if decoding.strategy == "ctc_beam":
-        search = ctc_beam_decoder(model, decoding, lm)
-        return lambda output, lengths: [h.tokens for h in search(
-            compact_ctc_log_probs(model, output, lengths, decoding.ctc_collapse_threshold))]
-    decode, _ = build_decoder(model, decoding, lm)
-    return lambda output, lengths: [h.tokens for h in decode(output, lengths).to_list()]
+    decode, _ = decode_in_process(model, decoding, lm)
+    return lambda output, lengths: [h.tokens for h in decode(output, lengths)]
 
 
 def transcribe(model: AsrModel, decode: Decode, encoded: EncodedSet) -> list[str]:
@@ -131,9 +127,8 @@ def strategies(quick: bool, beam_size: int) -> list[tuple[str, DecodingConfig, b
 def with_lm(decoding: DecodingConfig, lm_uri: str, weights: Sequence[float],
             bonuses: Sequence[float]) -> list[DecodingConfig]:
     """The LM settings tried on dev: every weight, and for ctc_beam every insertion bonus with it."""
-    fields = {name: getattr(decoding, name) for name in decoding.__dataclass_fields__}
     bonuses = bonuses if decoding.strategy == "ctc_beam" else (decoding.ctc_insertion_bonus,)
-    return [DecodingConfig(**{**fields, "lm_uri": lm_uri, "lm_weight": w, "ctc_insertion_bonus": b})
+    return [dataclasses.replace(decoding, lm_uri=lm_uri, lm_weight=w, ctc_insertion_bonus=b)
             for w in weights for b in bonuses]
 
 

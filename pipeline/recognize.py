@@ -253,3 +253,17 @@ def ctc_beam_decoder(model: AsrModel | ModelLayout, decoding: DecodingConfig,
                 for hypothesis, (_, frames) in zip(search(log_probs, lengths).to_list(), compact)]
 
     return decode
+
+
+def decode_in_process(model: AsrModel, decoding: DecodingConfig,
+                      lm: NgramLm | None = None) -> tuple[Callable[[Tensor, Tensor], list[Hypothesis]], SpanKind]:
+    """Any strategy in one process, as the job's stages run it across actors: encoder_output [B, T, D] and
+    encoder_lengths [B] -> the best hypothesis of each utterance (tokens at encoder frames), and the span kind
+    its frames follow. For evaluations and benchmarks; the LM is fused only where `decoding.lm_weight` > 0."""
+    lm = lm if decoding.lm_weight > 0 else None
+    if decoding.strategy == "ctc_beam":
+        search = ctc_beam_decoder(model, decoding, lm)
+        return (lambda encoder_output, encoder_lengths: search(compact_ctc_log_probs(
+            model, encoder_output, encoder_lengths, decoding.ctc_collapse_threshold))), "ctc"
+    decode, span_kind = build_decoder(model, decoding, lm)
+    return (lambda encoder_output, encoder_lengths: decode(encoder_output, encoder_lengths).to_list()), span_kind

@@ -97,21 +97,16 @@ def domain_dev(tmp_path_factory):
 def test_a_domain_lm_from_the_bundled_text_cuts_the_domain_wer(strategy, lm_weight, insertion_bonus, domain_dev):
     import jiwer
 
-    from pipeline.recognize import build_decoder, compact_ctc_log_probs, ctc_beam_decoder
+    from pipeline.recognize import decode_in_process
 
     model, references, encoder_output, encoder_lengths, lm_path, lm = domain_dev
 
     def wer(lm_weight: float) -> float:
         decoding = DecodingConfig(strategy=strategy, beam_size=4, lm_uri=lm_path, lm_weight=lm_weight,
                                   ctc_insertion_bonus=insertion_bonus if lm_weight > 0 else 0.0)
-        fused = lm if lm_weight > 0 else None
-        if strategy == "ctc_beam":
-            compact = compact_ctc_log_probs(model, encoder_output, encoder_lengths, decoding.ctc_collapse_threshold)
-            tokens = [h.tokens for h in ctc_beam_decoder(model, decoding, fused)(compact)]
-        else:
-            decode, _ = build_decoder(model, decoding, fused)
-            tokens = [h.tokens for h in decode(encoder_output, encoder_lengths).to_list()]
-        return jiwer.wer(references, [model.tokenizer.ids_to_text(t) for t in tokens])
+        decode, _ = decode_in_process(model, decoding, lm)
+        hypotheses = decode(encoder_output, encoder_lengths)
+        return jiwer.wer(references, [model.tokenizer.ids_to_text(h.tokens) for h in hypotheses])
 
     without_lm, with_lm = wer(0.0), wer(lm_weight)
     assert without_lm > 0.15  # the names and phrasing are new to the model

@@ -222,7 +222,7 @@ def test_strategies_a_model_cannot_run_are_refused_on_the_driver(nemo_assets, ki
 @pytest.mark.parametrize("strategy", ["greedy", "ctc_beam"])
 def test_the_lm_is_fetched_once_and_fused_as_in_process(nemo_assets, rows, model_config, tmp_path, strategy):
     from decoders.ngram.build import build_lm
-    from pipeline.recognize import build_decoder, load_language_model
+    from pipeline.recognize import decode_in_process, load_language_model
 
     tokenizer_dir = nemo_assets["checkpoints"]["tdt_ctc"].parent / "tokenizer"
     lm_path = tmp_path / "domain.lm"
@@ -239,14 +239,9 @@ def test_the_lm_is_fetched_once_and_fused_as_in_process(nemo_assets, rows, model
         audio, lengths = pad_waveforms([waveform])
         encoder_output, encoder_lengths = model.encode(audio, lengths)
         texts = []
-        for config, language_model in ((decoding, lm), (plain, None)):
-            if strategy == "ctc_beam":
-                compact = compact_ctc_log_probs(model, encoder_output, encoder_lengths, "weak")
-                h = ctc_beam_decoder(model, config, language_model)(compact)[0]
-                kind = "ctc"
-            else:
-                decode, kind = build_decoder(model, config, language_model)
-                h = decode(encoder_output, encoder_lengths).to_list()[0]
+        for config in (decoding, plain):  # the stages' output must equal decoding in one process
+            decode, kind = decode_in_process(model, config, lm)
+            h = decode(encoder_output, encoder_lengths)[0]
             texts.append(transcript_of(model, kind, h.tokens, h.frame_indices, h.durations, h.score).text)
         assert results[str(path)][schema.TEXT] == texts[0]
         changed += texts[0] != texts[1]
