@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPOSITORY))
 from benchmarks._timing import machine  # noqa: E402
 from decoders.ngram.build import build_lm  # noqa: E402
 from decoders.ngram.lm import NgramLm  # noqa: E402
-from pipeline.config import DecodingConfig  # noqa: E402
+from pipeline.config import BUNDLED_MODEL, BUNDLED_TDT_MODEL, DecodingConfig  # noqa: E402
 from pipeline.models import AsrModel, load_asr_model  # noqa: E402
 from pipeline.recognize import compact_ctc_log_probs, decode_in_process, pad_waveforms  # noqa: E402
 
@@ -107,8 +107,8 @@ def frames_kept(model: AsrModel, encoded: EncodedSet, collapse_threshold: float 
     return kept / total
 
 
-def strategies(quick: bool, beam_size: int) -> list[tuple[str, DecodingConfig, bool]]:
-    """(row name, decoding without an LM, whether the row also runs with the LM)."""
+def strategies(quick: bool, beam_size: int, tdt: bool) -> list[tuple[str, DecodingConfig, bool]]:
+    """(row name, decoding without an LM, whether the row also runs with the LM); no WIND beam for a TDT model."""
     rows = [
         ("greedy", DecodingConfig(strategy="greedy"), True),
         ("alsd", DecodingConfig(strategy="alsd", beam_size=beam_size), True),
@@ -121,7 +121,7 @@ def strategies(quick: bool, beam_size: int) -> list[tuple[str, DecodingConfig, b
     ]
     if quick:
         rows = [row for row in rows if row[0] in ("greedy", "alsd", "ctc_greedy", "ctc_beam")]
-    return rows
+    return [row for row in rows if not (tdt and row[0] == "wind_beam")]
 
 
 def with_lm(decoding: DecodingConfig, lm_uri: str, weights: Sequence[float],
@@ -145,7 +145,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="greedy, alsd, ctc_greedy, ctc_beam; LM weight 0.6 (bonus 2) only")
-    parser.add_argument("--model", default=str(REPOSITORY / "models" / "demo_hybrid_rnnt_ctc.nemo"))
+    parser.add_argument("--model", default=str(BUNDLED_MODEL),
+                        help=f"a hybrid .nemo, e.g. the TDT variant {BUNDLED_TDT_MODEL.relative_to(REPOSITORY)}")
     parser.add_argument("--domain", default=str(REPOSITORY / "samples" / "domain"),
                         help="folder with lm_text.txt, dev.json and test.json")
     parser.add_argument("--order", type=int, default=6, help="n-gram order of the domain LM (tokens)")
@@ -176,7 +177,7 @@ def main() -> int:
 
         results = []
         greedy_wer: dict[str, float] = {}
-        for name, decoding, fuse in strategies(args.quick, args.beam_size):
+        for name, decoding, fuse in strategies(args.quick, args.beam_size, tdt=bool(model.transducer.durations)):
             candidates = [decoding] + (with_lm(decoding, lm_path, weights, bonuses) if fuse else [])
             dev_wer = {setting(c): score(dev.references, transcribe(model, decoder_for(model, c, lm), dev))[0]
                        for c in candidates}

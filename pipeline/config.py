@@ -30,6 +30,7 @@ BEAM_STRATEGIES = ("alsd", "aes", "wind_beam", "ctc_beam")
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 BUNDLED_MODEL = REPOSITORY / "models" / "demo_hybrid_rnnt_ctc.nemo"
+BUNDLED_TDT_MODEL = REPOSITORY / "models" / "demo_hybrid_tdt_ctc.nemo"  # the same model fine-tuned as TDT + CTC
 BUNDLED_MANIFEST = REPOSITORY / "samples" / "manifest.json"
 DEFAULT_CACHE_DIR = str(Path.home() / ".cache" / "loopscribe")
 

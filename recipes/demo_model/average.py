@@ -25,7 +25,8 @@ def average(paths: list[str]) -> dict:
     averaged = {}
     for name, value in newest["state_dict"].items():
         if value.is_floating_point():
-            averaged[name] = sum(c["state_dict"][name].double() for c in checkpoints).div(len(checkpoints)).to(value.dtype)
+            total = sum(c["state_dict"][name].double() for c in checkpoints)
+            averaged[name] = total.div(len(checkpoints)).to(value.dtype)
         else:
             averaged[name] = value
     dropped = ("optimizer_states", "lr_schedulers")

@@ -1,6 +1,7 @@
 """Export a training checkpoint to .nemo and measure greedy WER/CER of the RNN-T and CTC heads with jiwer.
 
-    python evaluate.py --checkpoint /root/loopscribe-train/loopscribe-demo-hybrid-rnnt-ctc/checkpoints/<name>-last.ckpt \
+    python evaluate.py \
+        --checkpoint /root/loopscribe-train/loopscribe-demo-hybrid-rnnt-ctc/checkpoints/<name>-last.ckpt \
         --nemo /root/loopscribe-train/demo_hybrid_rnnt_ctc.nemo \
         --manifests /root/loopscribe-data/manifests/test.json /root/loopscribe-data/manifests/domain_test.json
 
@@ -40,6 +41,11 @@ def transcribe(model: EncDecHybridRNNTCTCBPEModel, paths: list[str], head: str, 
     if isinstance(hypotheses, tuple):  # some NeMo versions return (best, all)
         hypotheses = hypotheses[0]
     return [h.text if hasattr(h, "text") else h for h in hypotheses]
+
+
+def label(model: EncDecHybridRNNTCTCBPEModel, head: str) -> str:
+    """The head's name in the results: NeMo calls a TDT transducer "rnnt" too."""
+    return "tdt" if head == "rnnt" and model.cfg.decoding.get("model_type") == "tdt" else head
 
 
 def score(references: list[str], hypotheses: list[str]) -> dict:
@@ -102,7 +108,7 @@ def main() -> None:
             hypotheses = transcribe(model, paths, head, args.batch_size)
             wall_s = time.time() - started
             for group, indices in condition_groups(entries, args.by_condition).items():
-                row = {"manifest": Path(manifest).stem, "head": head, "group": group,
+                row = {"manifest": Path(manifest).stem, "head": label(model, head), "group": group,
                        **score([references[i] for i in indices], [hypotheses[i] for i in indices])}
                 if group == "all":
                     row["wall_s"] = round(wall_s, 1)

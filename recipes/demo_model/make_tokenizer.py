@@ -26,7 +26,8 @@ def main() -> None:
     lines = open(args.text).read().splitlines()[:2000]
     tokens = sum(len(tokenizer.text_to_ids(line)) for line in lines)
     chars = sum(len(line) for line in lines)
-    print(json.dumps({"model": model_path, "vocab_size": tokenizer.vocab_size, "chars_per_token": round(chars / tokens, 2)}))
+    print(json.dumps({"model": model_path, "vocab_size": tokenizer.vocab_size,
+                      "chars_per_token": round(chars / tokens, 2)}))
 
 
 if __name__ == "__main__":

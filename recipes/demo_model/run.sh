@@ -19,6 +19,9 @@
 #   gpu-train  fine-tune $INIT (default: the committed model) on those renderings on the GPU until unix time $UNTIL,
 #              learning rate by wall clock ($SINCE..$UNTIL, peak $PEAK_LR), in $TRAIN_DIR/gpu; resumes if restarted
 #              (give a restart the first run's SINCE to keep its schedule); batches $BATCH_SCALE (8) x the CPU run's
+#   tdt-train  the TDT + CTC variant: the committed model's weights in a TDT model (durations 0-4; the joint's duration
+#              outputs start fresh), fine-tuned until unix time $UNTIL on the CPU (peak $PEAK_LR), in $TRAIN_DIR/tdt;
+#              on a GPU add trainer.accelerator=gpu and the gpu-train batch overrides
 # Wall times measured on the 2-core build machine are in docs/demo_model.md.
 set -euo pipefail
 
@@ -155,6 +158,20 @@ case "${1:-}" in
       model.validation_ds.manifest_filepath="$DATA/manifests/dev200.json" model.tokenizer.dir="$DATA/tokenizer_bpe256" \
       exp_manager.exp_dir="$TRAIN_DIR/gpu" "${@:2}"  # more overrides after the step name
     ;;
+  tdt-train)
+    # NeMo's TDT settings as in its fastconformer_hybrid_tdt_ctc_bpe config, less omega (the torch TDT loss that
+    # the CPU needs, rnnt_loss_torch.py, has no RNN-T share); validation every 100 steps
+    durations="[0,1,2,3,4]"
+    "$PY" train.py --threads "$THREADS" --init-from "${INIT:-$HERE/../../models/demo_hybrid_rnnt_ctc.nemo}" \
+      --wall-schedule "${SINCE:-$(date +%s)}" "${UNTIL:?unix time to stop}" "${PEAK_LR:-5e-4}" \
+      model.model_defaults.tdt_durations="$durations" model.model_defaults.num_tdt_durations=5 \
+      model.joint.num_extra_outputs=5 model.decoding.model_type=tdt model.decoding.durations="$durations" \
+      model.loss.loss_name=tdt "model.loss.tdt_kwargs={fastemit_lambda: 0.0, clamp: -1.0, durations: $durations, sigma: 0.02, omega: 0.0}" \
+      trainer.limit_train_batches=100 trainer.val_check_interval=100 trainer.log_every_n_steps=20 \
+      model.train_ds.manifest_filepath="$DATA/manifests/train_all.json" \
+      model.validation_ds.manifest_filepath="$DATA/manifests/dev200.json" model.tokenizer.dir="$DATA/tokenizer_bpe256" \
+      exp_manager.exp_dir="$TRAIN_DIR/tdt" "${@:2}"
+    ;;
   *)
-    sed -n '2,22p' "$0"; exit 2 ;;
+    sed -n '2,25p' "$0"; exit 2 ;;
 esac

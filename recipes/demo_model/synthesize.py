@@ -31,7 +31,8 @@ import soxr
 ACCENTS = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-029", "en-us-nyc", "en-gb-x-gbclan", "en-gb-x-gbcwmd")
 VARIANTS_DIR = Path("/usr/lib/x86_64-linux-gnu/espeak-ng-data/voices/!v")
 # zac and robosoft* take seconds per sentence; names with spaces cannot be passed after "+"
-SLOW_VARIANTS = {"zac", "robosoft", "robosoft2", "robosoft3", "robosoft4", "robosoft5", "robosoft6", "robosoft7", "robosoft8"}
+SLOW_VARIANTS = {"zac", "robosoft", "robosoft2", "robosoft3", "robosoft4", "robosoft5", "robosoft6", "robosoft7",
+                 "robosoft8"}
 # ordinary-sounding variants kept out of training so the test set measures voices the model never heard
 HELD_OUT_VARIANTS = ("m4", "f4", "Andy", "belinda", "david", "steph2", "klatt3", "iven3", "Hugo", "aunty")
 SAMPLE_RATE = 16000

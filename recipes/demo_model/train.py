@@ -44,17 +44,20 @@ def main() -> None:
     parser.add_argument("--config", default=str(Path(__file__).with_name("fastconformer_hybrid_small.yaml")))
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--cooldown-from", metavar="CKPT",
-                        help="a cool-down branch: this checkpoint's weights, a fresh optimizer, and the learning rate it "
-                             "was training at, warmed up again over 40 steps and annealed to zero by trainer.max_steps")
+                        help="a cool-down branch: this checkpoint's weights, a fresh optimizer, and the learning rate "
+                             "it was training at, warmed up again over 40 steps and annealed to zero by "
+                             "trainer.max_steps")
     parser.add_argument("--init-from", metavar="MODEL",
-                        help="start from these weights (a .nemo or .ckpt of the same architecture) with a fresh optimizer")
+                        help="start from these weights (a .nemo or .ckpt of the same architecture, or an RNN-T model "
+                             "for its TDT variant: train.transfer_weights) with a fresh optimizer")
     parser.add_argument("--wall-schedule", nargs=3, type=float, metavar=("SINCE", "UNTIL", "PEAK_LR"),
                         help="learning rate by wall clock instead of by step, for a run with a fixed time budget "
                              "(a rented GPU): warm up to PEAK_LR over the first 3%% of SINCE..UNTIL (unix seconds), "
                              "cosine to 1%% of it by UNTIL, then save <exp_dir>/final.ckpt and stop; absolute times, "
                              "so a restarted run continues the same schedule")
     parser.add_argument("--torch-rnnt-loss", action="store_true",
-                        help="the vectorized torch RNN-T loss (rnnt_loss_torch.py) on any device; default on the CPU only")
+                        help="the vectorized torch RNN-T or TDT loss (rnnt_loss_torch.py) on any device; default on "
+                             "the CPU only")
     parser.add_argument("--stall-timeout", type=float, default=0, metavar="SECONDS",
                         help="exit (status 3, all threads' stacks printed) when no training or validation batch has "
                              "finished for this long, e.g. when lhotse's sampler thread has died and the loader waits "
@@ -71,7 +74,8 @@ def main() -> None:
         lr = start["optimizer_states"][0]["param_groups"][0]["lr"]
         cfg.model.optim.lr = lr
         cfg.model.optim.sched = {"name": "CosineAnnealing", "warmup_steps": 40, "min_lr": 1e-6}
-        print(f"cool-down from step {start['global_step']} at lr {lr:.2e} over {cfg.trainer.max_steps} steps", flush=True)
+        print(f"cool-down from step {start['global_step']} at lr {lr:.2e} over {cfg.trainer.max_steps} steps",
+              flush=True)
     callbacks = []
     exp_dir = Path(cfg.exp_manager.exp_dir)
     exp_dir.mkdir(parents=True, exist_ok=True)
@@ -92,8 +96,9 @@ def main() -> None:
     if start is not None:
         model.load_state_dict(start["state_dict"])  # strict: the branch has the main run's exact architecture
     if args.init_from and not any(exp_dir.glob("*/checkpoints/*-last.ckpt")):  # a resumed run has its own weights
-        model.load_state_dict(load(args.init_from).state_dict())  # evaluate.load: a .nemo or a .ckpt
-        print(f"initialized from {args.init_from}", flush=True)
+        extended = transfer_weights(model, load(args.init_from).state_dict())  # evaluate.load: a .nemo or a .ckpt
+        print(f"initialized from {args.init_from}" + (f"; extended, new rows at init: {extended}" if extended else ""),
+              flush=True)
     if cfg.trainer.accelerator == "cpu" or args.torch_rnnt_loss:
         use_torch_rnnt_loss(model)  # NeMo's CPU RNN-T loss loops over the lattice in Python (rnnt_loss_torch.py)
     parameters = sum(p.numel() for p in model.parameters())
@@ -109,6 +114,28 @@ def main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+def transfer_weights(model: torch.nn.Module, source: dict) -> list[str]:
+    """Load `source` into `model`, where the model may have more outputs along dim 0 than the source: a TDT
+    model's joint has the RNN-T joint's token + blank outputs first, then one per duration. Those tensors get the
+    source's rows first and keep their fresh initialization in the rest; any other mismatch is an error."""
+    target = model.state_dict()
+    if set(source) != set(target):
+        raise ValueError(f"different parameters: missing {sorted(set(target) - set(source))}, "
+                         f"unexpected {sorted(set(source) - set(target))}")
+    merged, extended = {}, []
+    for name, value in source.items():
+        want = target[name]
+        if value.shape == want.shape:
+            merged[name] = value
+        elif value.shape[1:] == want.shape[1:] and value.shape[0] < want.shape[0]:
+            merged[name] = torch.cat([value, want[value.shape[0]:]])
+            extended.append(f"{name} {tuple(value.shape)} -> {tuple(want.shape)}")
+        else:
+            raise ValueError(f"{name}: shape {tuple(value.shape)} cannot initialize {tuple(want.shape)}")
+    model.load_state_dict(merged)
+    return extended
 
 
 class WallClockSchedule(pl.Callback):
@@ -186,8 +213,10 @@ class Curve(pl.Callback):
         self.audio_s += float(batch[1].sum()) / pl_module.cfg.sample_rate  # batch[1]: audio lengths in samples
         if trainer.global_step % trainer.log_every_n_steps == 0:
             loss = trainer.callback_metrics.get("train_loss", float("nan"))
-            print(f"[train] step {trainer.global_step} loss {float(loss):.3f} lr {trainer.optimizers[0].param_groups[0]['lr']:.2e} "
-                  f"batch {tuple(batch[0].shape)} audio {self.audio_s / 3600:.2f} h in {self.train_wall_s / 3600:.3f} h "
+            lr = trainer.optimizers[0].param_groups[0]["lr"]
+            print(f"[train] step {trainer.global_step} loss {float(loss):.3f} lr {lr:.2e} "
+                  f"batch {tuple(batch[0].shape)} audio {self.audio_s / 3600:.2f} h "
+                  f"in {self.train_wall_s / 3600:.3f} h "
                   f"({self.audio_s / max(self.train_wall_s, 1e-9):.1f}x real time)", flush=True)
 
     def on_validation_end(self, trainer, pl_module) -> None:
