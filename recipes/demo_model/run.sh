@@ -21,7 +21,7 @@
 #              (give a restart the first run's SINCE to keep its schedule); batches $BATCH_SCALE (8) x the CPU run's
 #   tdt-train  the TDT + CTC variant: the committed model's weights in a TDT model (durations 0-4; the joint's duration
 #              outputs start fresh), fine-tuned until unix time $UNTIL on the CPU (peak $PEAK_LR), in $TRAIN_DIR/tdt;
-#              on a GPU add trainer.accelerator=gpu and the gpu-train batch overrides
+#              (run on the CPU only; a GPU run would need trainer.accelerator=gpu and gpu-train's batch overrides)
 # Wall times measured on the 2-core build machine are in docs/demo_model.md.
 set -euo pipefail
 
