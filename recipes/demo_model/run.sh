@@ -22,6 +22,10 @@
 #   tdt-train  the TDT + CTC variant: the committed model's weights in a TDT model (durations 0-4; the joint's duration
 #              outputs start fresh), fine-tuned until unix time $UNTIL on the CPU (peak $PEAK_LR), in $TRAIN_DIR/tdt;
 #              (run on the CPU only; a GPU run would need trainer.accelerator=gpu and gpu-train's batch overrides)
+#   finetune   fine-tune $INIT (default: the committed model) on the CPU until unix time $UNTIL (peak $PEAK_LR, default
+#              5e-4) on $MANIFEST (default: train_seed10.json, a fresh rendering made with
+#              `synthesize.py --split train_seed10 --seed 10 --voices train`), in $TRAIN_DIR/finetune; more overrides
+#              after the step name, e.g. model.aux_ctc.ctc_loss_weight=0.5 to push the CTC head
 # Wall times measured on the 2-core build machine are in docs/demo_model.md.
 set -euo pipefail
 
@@ -171,6 +175,14 @@ case "${1:-}" in
       model.train_ds.manifest_filepath="$DATA/manifests/train_all.json" \
       model.validation_ds.manifest_filepath="$DATA/manifests/dev200.json" model.tokenizer.dir="$DATA/tokenizer_bpe256" \
       exp_manager.exp_dir="$TRAIN_DIR/tdt" "${@:2}"
+    ;;
+  finetune)
+    "$PY" train.py --threads "$THREADS" --init-from "${INIT:-$HERE/../../models/demo_hybrid_rnnt_ctc.nemo}" \
+      --wall-schedule "${SINCE:-$(date +%s)}" "${UNTIL:?unix time to stop}" "${PEAK_LR:-5e-4}" \
+      trainer.limit_train_batches=100 trainer.val_check_interval=100 trainer.log_every_n_steps=20 \
+      model.train_ds.manifest_filepath="${MANIFEST:-$DATA/manifests/train_seed10.json}" \
+      model.validation_ds.manifest_filepath="$DATA/manifests/dev200.json" model.tokenizer.dir="$DATA/tokenizer_bpe256" \
+      exp_manager.exp_dir="$TRAIN_DIR/finetune" "${@:2}"
     ;;
   *)
     sed -n '2,25p' "$0"; exit 2 ;;
