@@ -23,10 +23,10 @@
 #              outputs start fresh), fine-tuned until unix time $UNTIL on the CPU (peak $PEAK_LR), in $TRAIN_DIR/tdt;
 #              (run on the CPU only; a GPU run would need trainer.accelerator=gpu and gpu-train's batch overrides)
 #   finetune   fine-tune $INIT (default: the committed model) on the CPU until unix time $UNTIL (peak $PEAK_LR, default
-#              1e-4) on $MANIFEST (default: train_seed10.json, a fresh rendering made with
-#              `synthesize.py --split train_seed10 --seed 10 --voices train`), in $TRAIN_DIR/finetune; more overrides
-#              after the step name, e.g. model.aux_ctc.ctc_loss_weight=0.5 to push the CTC head (which on this CPU made
-#              the committed model worse: docs/demo_model.md, Status)
+#              1e-4) on $MANIFEST (default: train_seed10.json, made with `synthesize.py --split train_seed10 --seed 10
+#              --voices train`; the committed model saw seed 10 on the GPU, 11 and up are new), in $TRAIN_DIR/finetune;
+#              more overrides after the step name, e.g. model.aux_ctc.ctc_loss_weight=0.5 to push the CTC head (which
+#              on this CPU made the committed model worse: docs/demo_model.md, Status)
 # Wall times measured on the 2-core build machine are in docs/demo_model.md.
 set -euo pipefail
 
@@ -186,5 +186,5 @@ case "${1:-}" in
       exp_manager.exp_dir="$TRAIN_DIR/finetune" "${@:2}"
     ;;
   *)
-    sed -n '2,/^# Wall times/p' "$0"; exit 2 ;;
+    sed -n '2,/^# Wall times/p' "$HERE/$(basename "$0")"; exit 2 ;;  # the script has cd'd to $HERE
 esac
