@@ -43,9 +43,17 @@ sys.path.insert(0, str(REPOSITORY))
 from benchmarks._timing import machine  # noqa: E402
 from decoders.ngram.build import build_lm  # noqa: E402
 from decoders.ngram.lm import NgramLm  # noqa: E402
-from pipeline.config import BUNDLED_MODEL, BUNDLED_TDT_MODEL, DecodingConfig  # noqa: E402
-from pipeline.models import AsrModel, load_asr_model  # noqa: E402
-from pipeline.recognize import compact_ctc_log_probs, decode_in_process, pad_waveforms  # noqa: E402
+from pipeline.config import BUNDLED_MODEL, BUNDLED_TDT_MODEL  # noqa: E402
+from pipeline.decoding import (  # noqa: E402
+    STRATEGIES,
+    DecodingConfig,
+    compact_ctc_log_probs,
+    decode_in_process,
+    plan_decoding,
+    strategies_for,
+)
+from pipeline.nemo_model import AsrModel, load_asr_model  # noqa: E402
+from pipeline.recognize import pad_waveforms  # noqa: E402
 
 FULL_WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0, 1.2, 1.5, 2.0)
 QUICK_WEIGHTS = (0.6,)
@@ -85,7 +93,7 @@ Decode = Callable[[Tensor, Tensor], list[list[int]]]
 
 def decoder_for(model: AsrModel, decoding: DecodingConfig, lm: NgramLm | None) -> Decode:
     """encoder_output [B, T, D], encoder_lengths [B] -> the token ids of the best hypothesis per utterance."""
-    decode, _ = decode_in_process(model, decoding, lm)
+    decode = decode_in_process(model, plan_decoding(model.facts, decoding), lm)
     return lambda output, lengths: [h.tokens for h in decode(output, lengths)]
 
 
@@ -98,42 +106,47 @@ def transcribe(model: AsrModel, decode: Decode, encoded: EncodedSet) -> list[str
     return texts
 
 
-def frames_kept(model: AsrModel, encoded: EncodedSet, collapse_threshold: float | str | None) -> float:
-    """The share of encoder frames that blank collapse leaves to CTC beam search."""
+def frames_kept(model: AsrModel, encoded: EncodedSet, decoding: DecodingConfig) -> float:
+    """The share of encoder frames that blank collapse leaves to a writer-stage search (CTC beam search)."""
+    plan = plan_decoding(model.facts, decoding)
     kept = total = 0
     for output, lengths, _ in encoded.batches:
-        kept += sum(len(frames) for _, frames in compact_ctc_log_probs(model, output, lengths, collapse_threshold))
+        kept += sum(len(frames) for _, frames in compact_ctc_log_probs(model, output, lengths, plan))
         total += int(lengths.sum())
     return kept / total
 
 
-def strategies(quick: bool, beam_size: int, tdt: bool) -> list[tuple[str, DecodingConfig, bool]]:
-    """(row name, decoding without an LM, whether the row also runs with the LM); no WIND beam for a TDT model."""
-    rows = [
-        ("greedy", DecodingConfig(strategy="greedy"), True),
-        ("alsd", DecodingConfig(strategy="alsd", beam_size=beam_size), True),
-        ("aes", DecodingConfig(strategy="aes", beam_size=beam_size), not quick),
-        ("wind_beam", DecodingConfig(strategy="wind_beam", beam_size=beam_size), not quick),
-        ("ctc_greedy", DecodingConfig(strategy="ctc_greedy"), True),
-        ("ctc_beam", DecodingConfig(strategy="ctc_beam", beam_size=beam_size), True),
+def strategies(quick: bool, beam_size: int, model: AsrModel) -> list[tuple[str, DecodingConfig, bool]]:
+    """(row name, decoding without an LM, whether the row also runs with the LM), for the strategies the model
+    can run."""
+    rows = [  # (name, decoding, with the LM too, in --quick)
+        ("greedy", DecodingConfig(strategy="greedy"), True, True),
+        ("alsd", DecodingConfig(strategy="alsd", beam_size=beam_size), True, True),
+        ("aes", DecodingConfig(strategy="aes", beam_size=beam_size), True, False),
+        ("wind_beam", DecodingConfig(strategy="wind_beam", beam_size=beam_size), True, False),
+        ("ctc_greedy", DecodingConfig(strategy="ctc_greedy"), True, True),
+        ("ctc_beam", DecodingConfig(strategy="ctc_beam", beam_size=beam_size), True, True),
         ("ctc_beam, no collapse", DecodingConfig(strategy="ctc_beam", beam_size=beam_size,
-                                                 ctc_collapse_threshold=None), not quick),
+                                                 ctc_collapse_threshold=None), True, False),
     ]
-    if quick:
-        rows = [row for row in rows if row[0] in ("greedy", "alsd", "ctc_greedy", "ctc_beam")]
-    return [row for row in rows if not (tdt and row[0] == "wind_beam")]
+    rows = [(name, decoding, fuse) for name, decoding, fuse, in_quick in rows if in_quick or not quick]
+    return [row for row in rows if row[1].strategy in strategies_for(model.facts)]
+
+
+def takes_bonus(decoding: DecodingConfig) -> bool:
+    return "ctc_insertion_bonus" in STRATEGIES[decoding.strategy].search_settings
 
 
 def with_lm(decoding: DecodingConfig, lm_uri: str, weights: Sequence[float],
             bonuses: Sequence[float]) -> list[DecodingConfig]:
     """The LM settings tried on dev: every weight, and for ctc_beam every insertion bonus with it."""
-    bonuses = bonuses if decoding.strategy == "ctc_beam" else (decoding.ctc_insertion_bonus,)
+    bonuses = bonuses if takes_bonus(decoding) else (decoding.ctc_insertion_bonus,)
     return [dataclasses.replace(decoding, lm_uri=lm_uri, lm_weight=w, ctc_insertion_bonus=b)
             for w in weights for b in bonuses]
 
 
 def setting(decoding: DecodingConfig) -> str:
-    bonus = f" bonus {decoding.ctc_insertion_bonus:g}" if decoding.strategy == "ctc_beam" else ""
+    bonus = f" bonus {decoding.ctc_insertion_bonus:g}" if takes_bonus(decoding) else ""
     return f"{decoding.lm_weight:g}{bonus}"
 
 
@@ -177,7 +190,7 @@ def main() -> int:
 
         results = []
         greedy_wer: dict[str, float] = {}
-        for name, decoding, fuse in strategies(args.quick, args.beam_size, tdt=bool(model.transducer.durations)):
+        for name, decoding, fuse in strategies(args.quick, args.beam_size, model):
             candidates = [decoding] + (with_lm(decoding, lm_path, weights, bonuses) if fuse else [])
             dev_wer = {setting(c): score(dev.references, transcribe(model, decoder_for(model, c, lm), dev))[0]
                        for c in candidates}
@@ -190,11 +203,12 @@ def main() -> int:
                 hypotheses = transcribe(model, decode, test)
                 seconds = time.perf_counter() - clock
                 wer, cer = score(test.references, hypotheses)
-                head = decoding.head
-                if config.lm_weight == 0 and decoding.strategy in ("greedy", "ctc_greedy"):
+                plan = plan_decoding(model.facts, config)
+                head = plan.head
+                if not plan.fuses_lm and not plan.strategy.beam and not plan.strategy.windowed:  # the greedy rows
                     greedy_wer[head] = wer
                 results.append({"strategy": name, "head": head, "lm_weight": config.lm_weight,
-                                "insertion_bonus": (config.ctc_insertion_bonus if config.strategy == "ctc_beam"
+                                "insertion_bonus": (config.ctc_insertion_bonus if takes_bonus(config)
                                                     else None),
                                 "dev_wer": dev_wer[setting(config)], "test_wer": wer, "test_cer": cer,
                                 "decode_s": seconds, "dev_wer_by_setting": dev_wer if config.lm_weight else None})
@@ -207,7 +221,7 @@ def main() -> int:
     print(f"beam size {args.beam_size}; LM weights tried on dev: {', '.join(f'{w:g}' for w in weights)}; "
           f"ctc_beam insertion bonuses: {', '.join(f'{b:g}' for b in bonuses)}")
     threshold = DecodingConfig().ctc_collapse_threshold
-    kept = frames_kept(model, test, threshold)
+    kept = frames_kept(model, test, DecodingConfig(strategy="ctc_beam"))
     print(f"blank collapse at {threshold} (ctc_beam rows) keeps {kept:.1%} of the test set's encoder frames\n")
     print("| strategy | head | LM weight (chosen on dev) | dev WER | test WER | test CER | x greedy "
           "| decode s (test) |")

@@ -103,7 +103,7 @@ def timed(decode, repeats: int, device: str):
 
 def random_nemo_transducer(kind: str, frames_per_label: float = 3.0):
     """A random NeMo RNN-T or TDT model, its `NemoTransducer`, and the blank bias giving that emission rate."""
-    from pipeline.models import NemoTransducer
+    from pipeline.nemo_model import NemoTransducer
     from tests.pipeline.random_nemo import build_random_model, set_blank_bias, train_tokenizer
 
     nemo_kind = "rnnt" if kind == "rnnt" else "tdt_ctc"

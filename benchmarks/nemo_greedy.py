@@ -62,7 +62,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def build_model(args, workdir: Path):
-    from pipeline.models import AsrModel, load_asr_model
+    from pipeline.nemo_model import AsrModel, load_asr_model
     from tests.pipeline import random_nemo
 
     sentences = (random_nemo.SENTENCES * ((args.utterances + 11) // 12))[: args.utterances]

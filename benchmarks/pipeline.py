@@ -118,21 +118,23 @@ def bare_loop(config: TranscribeJobConfig, manifest: str) -> tuple[float, float]
     """The stages in this process over windows of rows, as a hand-written loop would run them."""
     import pyarrow as pa
 
+    from pipeline.decoding import plan_decoding
     from pipeline.manifest import read_manifest
-    from pipeline.models import read_nemo_config, sample_rate_of
+    from pipeline.nemo_file import read_model_facts
 
     started = time.perf_counter()
-    rate = sample_rate_of(read_nemo_config(config.model.uri))
-    load_audio = stages.LoadAudio(rate)
-    transcribe = stages.TranscribeBatch(config.model, config.decoding, config.resources, "cpu")
-    finish = stages.FinishAndWrite(config.model, config.decoding, config.output, "bench")
+    facts = read_model_facts(config.model.uri)
+    plan = plan_decoding(facts, config.decoding, "cpu")
+    load_audio = stages.LoadAudio(facts.sample_rate)
+    transcribe = stages.TranscribeBatch(config.model, plan, config.resources)
+    finish = stages.FinishAndWrite(config.model, plan, config.output, "bench")
     rows = list(read_manifest(manifest))
     audio_s = 0.0
     window = config.resources.window_rows
     for start in range(0, len(rows), window):
         table = pa.Table.from_pylist(rows[start:start + window], schema=stages.INPUT_SCHEMA)
         summary = finish(transcribe(load_audio(table)))
-        audio_s += summary.column(stages.AUDIO_S)[0].as_py()
+        audio_s += summary.column(schema.AUDIO_S)[0].as_py()
     return time.perf_counter() - started, audio_s
 
 
@@ -176,7 +178,7 @@ def main() -> None:
             for index in range(args.utterances):
                 handle.write(json.dumps({"audio_filepath": str(files[index % len(files)]), "duration": 30.0}) + "\n")
         resources = ResourcesConfig(device="cpu", batch_audio_s=args.batch_audio_s,
-                                    max_batch_size=args.max_batch_size, torch_threads=args.threads, cpu_actors=1,
+                                    max_batch_size=args.max_batch_size, torch_threads=args.threads, audio_actors=1,
                                     window_rows=32, part_rows=32)
         config = TranscribeJobConfig(manifests=(str(manifest),), model=ModelConfig(uri=model_uri, cache_dir=tmp),
                                      resources=resources, output=str(work / "bare"))

@@ -3,7 +3,7 @@
     python jobs/transcribe.py                                  # the bundled samples, with the bundled model
     python jobs/transcribe.py --manifest s3://bucket/manifests/*.json --output s3://bucket/transcripts \\
         --model s3://bucket/models/asr.nemo --decoding alsd --beam-size 4 --lm s3://bucket/lm/domain.lm \\
-        --lm-weight 0.3 --device cuda --gpu-actors 8
+        --lm-weight 0.3 --device cuda --asr-actors 8
     ray job submit --address http://HEAD:8265 --working-dir . -- python jobs/transcribe.py ...
 
 A YAML file (`--config job.yaml`) may hold any setting, in the sections of `pipeline/config.py` (top level:
@@ -23,7 +23,14 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.config import STRATEGIES, TranscribeJobConfig, config_from_dict, merge  # noqa: E402
+from pipeline.config import (  # noqa: E402
+    RESOURCE_ALIASES,
+    TranscribeJobConfig,
+    config_from_dict,
+    merge,
+    with_current_names,
+)
+from pipeline.decoding import STRATEGIES, DecodingError, advice, describe, plan_decoding  # noqa: E402
 
 
 def _collapse_threshold(value: str) -> float | str:
@@ -55,17 +62,15 @@ def parser() -> argparse.ArgumentParser:
     model.add_argument("--cache-dir", help=f"node-local cache of remote models and LMs (default: "
                                            f"{defaults.model.cache_dir})")
     dec = p.add_argument_group("decoding")
-    dec.add_argument("--decoding", "--strategy", dest="strategy", choices=STRATEGIES,
-                     help="greedy: label-looping greedy (CTC greedy for CTC models); wind_greedy: greedy with "
-                          "WIND's window; alsd / aes / wind_beam: ALSD++, AES++, WIND beam search (transducer); "
-                          "ctc_greedy; ctc_beam: blank collapse + CTC prefix beam search on CPU actors "
-                          f"(default: {decoding.strategy})")
+    dec.add_argument("--decoding", "--strategy", dest="strategy", choices=tuple(STRATEGIES),
+                     help="; ".join(f"{s.name}: {s.help}" for s in STRATEGIES.values())
+                          + f" (default: {decoding.strategy})")
     dec.add_argument("--beam-size", type=int, help=f"beam width (default: {decoding.beam_size})")
     dec.add_argument("--max-symbols", type=int,
                      help="labels per frame for transducers (default: the checkpoint's setting)")
     dec.add_argument("--window-size", type=int, help=f"WIND window in frames (default: {decoding.window_size})")
     dec.add_argument("--lm", dest="lm_uri", metavar="URI",
-                     help="token-level n-gram LM: a binary from `python -m decoders.ngram.build`, or an ARPA file "
+                     help="token-level n-gram LM: a binary from `python jobs/build_lm.py`, or an ARPA file "
                           "(name containing .arpa)")
     dec.add_argument("--lm-sha256", help="expected sha256 of the LM file")
     dec.add_argument("--lm-weight", "--ngram-lm-alpha", type=float, dest="lm_weight",
@@ -79,18 +84,25 @@ def parser() -> argparse.ArgumentParser:
                           f"frames whose argmax is blank; 0: off (default: {decoding.ctc_collapse_threshold})")
     dec.add_argument("--no-cuda-graphs", dest="use_cuda_graphs", action="store_false", default=None,
                      help="run the transducer decoding loops eagerly on a GPU instead of replaying CUDA graphs")
-    dec.add_argument("--ctc-insertion-bonus", type=float, help="ctc_beam: score added per label (default: 0)")
+    dec.add_argument("--ctc-insertion-bonus", type=float,
+                     help=f"ctc_beam: score added per label (default: {decoding.ctc_insertion_bonus:g})")
+    dec.add_argument("--ctc-beam-threshold", type=float,
+                     help=f"ctc_beam: drop candidates this far (log-prob) below the best (default: "
+                          f"{decoding.ctc_beam_threshold:g})")
     res = p.add_argument_group("resources")
     res.add_argument("--device", choices=("auto", "cpu", "cuda"),
                      help=f"where the ASR actors run; auto: cuda when the cluster has GPUs (default: "
                           f"{resources.device})")
-    res.add_argument("--gpu-actors", type=int,
-                     help=f"ASR actors, one GPU each (on cpu: CPU actors) (default: {resources.gpu_actors})")
-    res.add_argument("--cpu-actors", type=int,
-                     help=f"audio fetch/decode actors (default: {resources.cpu_actors})")
-    res.add_argument("--ctc-actors", type=int,
+    res.add_argument("--asr-actors", type=int,
+                     help=f"encoder + decoding actors, one GPU each (on the CPU: fractional CPUs) (default: "
+                          f"{resources.asr_actors})")
+    res.add_argument("--audio-actors", type=int,
+                     help=f"audio fetch/decode actors (default: {resources.audio_actors})")
+    res.add_argument("--writer-actors", type=int,
                      help=f"CPU actors for CTC beam search, detokenization and writing (default: "
-                          f"{resources.ctc_actors})")
+                          f"{resources.writer_actors})")
+    for old, new in RESOURCE_ALIASES.items():  # the old names still work, unlisted
+        res.add_argument(f"--{old.replace('_', '-')}", type=int, dest=new, help=argparse.SUPPRESS)
     res.add_argument("--batch-audio-s", type=float,
                      help=f"padded audio seconds per encoder batch (default: {resources.batch_audio_s})")
     res.add_argument("--max-batch-size", type=int,
@@ -111,53 +123,56 @@ def parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> TranscribeJobConfig:
     base: dict[str, Any] = {}
-    if args.config:
-        import yaml
-
-        with open(args.config, encoding="utf-8") as handle:
-            base = yaml.safe_load(handle) or {}
-        if not isinstance(base, dict):
-            raise SystemExit(f"{args.config}: expected a mapping of settings")
-    collapse = args.ctc_collapse_threshold
-    overrides = {
-        "manifests": args.manifests,
-        "output": args.output,
-        "ray_address": args.ray_address,
-        "model": {"uri": args.model_uri, "sha256": args.model_sha256, "cache_dir": args.cache_dir},
-        "decoding": {
-            "strategy": args.strategy, "beam_size": args.beam_size, "max_symbols": args.max_symbols,
-            "window_size": args.window_size, "lm_uri": args.lm_uri, "lm_sha256": args.lm_sha256,
-            "lm_weight": args.lm_weight, "pruning": args.pruning, "blank_lm_scoring": args.blank_lm_scoring,
-            "ctc_insertion_bonus": args.ctc_insertion_bonus, "use_cuda_graphs": args.use_cuda_graphs,
-        },
-        "resources": {
-            "device": args.device, "gpu_actors": args.gpu_actors, "cpu_actors": args.cpu_actors,
-            "ctc_actors": args.ctc_actors, "batch_audio_s": args.batch_audio_s,
-            "max_batch_size": args.max_batch_size, "window_rows": args.window_rows, "part_rows": args.part_rows,
-            "asr_actor_cpus": args.asr_actor_cpus, "torch_threads": args.torch_threads,
-        },
-    }
-    merged = merge(base, overrides)
-    if collapse is not None:
-        merged.setdefault("decoding", {})["ctc_collapse_threshold"] = collapse if collapse == "weak" or collapse > 0 \
-            else None
-    if args.lm_uri and args.lm_weight is None and not (base.get("decoding") or {}).get("lm_weight"):
-        raise SystemExit("--lm needs --lm-weight (the LM's fusion weight, e.g. 0.3)")
     try:
-        return config_from_dict(merged)
+        if args.config:
+            import yaml
+
+            with open(args.config, encoding="utf-8") as handle:
+                base = yaml.safe_load(handle) or {}
+            if not isinstance(base, dict):
+                raise SystemExit(f"{args.config}: expected a mapping of settings")
+        overrides = {
+            "manifests": args.manifests,
+            "output": args.output,
+            "ray_address": args.ray_address,
+            "model": {"uri": args.model_uri, "sha256": args.model_sha256, "cache_dir": args.cache_dir},
+            "decoding": {
+                "strategy": args.strategy, "beam_size": args.beam_size, "max_symbols": args.max_symbols,
+                "window_size": args.window_size, "lm_uri": args.lm_uri, "lm_sha256": args.lm_sha256,
+                "lm_weight": args.lm_weight, "pruning": args.pruning, "blank_lm_scoring": args.blank_lm_scoring,
+                "ctc_collapse_threshold": args.ctc_collapse_threshold,
+                "ctc_insertion_bonus": args.ctc_insertion_bonus, "ctc_beam_threshold": args.ctc_beam_threshold,
+                "use_cuda_graphs": args.use_cuda_graphs,
+            },
+            "resources": {
+                "device": args.device, "asr_actors": args.asr_actors, "audio_actors": args.audio_actors,
+                "writer_actors": args.writer_actors, "batch_audio_s": args.batch_audio_s,
+                "max_batch_size": args.max_batch_size, "window_rows": args.window_rows, "part_rows": args.part_rows,
+                "asr_actor_cpus": args.asr_actor_cpus, "torch_threads": args.torch_threads,
+            },
+        }
+        return config_from_dict(merge(with_current_names(base), overrides))
     except (TypeError, ValueError) as error:
         raise SystemExit(f"invalid configuration: {error}") from None
 
 
-def advice(config: TranscribeJobConfig) -> list[str]:
-    """Settings that are valid but likely to cost accuracy, each with what to do instead."""
-    notes = []
-    decoding = config.decoding
-    if decoding.strategy == "ctc_beam" and decoding.lm_weight > 0 and decoding.ctc_insertion_bonus == 0:
-        notes.append("ctc_beam with an LM and no --ctc-insertion-bonus: a token LM's cost per label makes the search "
-                     "drop letters and short words; tune the bonus with the weight on a dev set "
-                     "(benchmarks/accuracy.py does; docs/benchmarks.md shows the effect)")
-    return notes
+def check_before_starting(config: TranscribeJobConfig) -> None:
+    """What can be refused before Ray starts: a missing local model or LM, and a strategy the (local) model
+    cannot run (a remote model is checked by the driver once it is fetched)."""
+    model_uri = config.model.uri
+    if "://" not in model_uri and not Path(model_uri).is_file():
+        raise SystemExit(f"no model at {model_uri}: pass --model PATH_OR_URI (a NeMo .nemo file)")
+    lm_uri = config.decoding.lm_uri
+    if lm_uri and not Path(lm_uri).exists() and "://" not in lm_uri:
+        raise SystemExit(f"no LM at {lm_uri}: pass --lm PATH_OR_URI (a binary from `python jobs/build_lm.py`, "
+                         "or an ARPA file)")
+    if "://" not in model_uri:
+        from pipeline.nemo_file import read_model_facts
+
+        try:
+            plan_decoding(read_model_facts(model_uri), config.decoding, model_name=model_uri)
+        except DecodingError as error:
+            raise SystemExit(f"loopscribe: {error}") from None
 
 
 def connect(config: TranscribeJobConfig) -> None:
@@ -176,16 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(json.dumps(config.to_dict(), indent=2, sort_keys=True))
         return 0
-    if not Path(config.model.uri).exists() and "://" not in config.model.uri:
-        raise SystemExit(f"no model at {config.model.uri}: pass --model PATH_OR_URI (a NeMo .nemo file)")
-    lm_uri = config.decoding.lm_uri
-    if lm_uri and not Path(lm_uri).exists() and "://" not in lm_uri:
-        raise SystemExit(f"no LM at {lm_uri}: pass --lm PATH_OR_URI (a binary from `python -m decoders.ngram.build`, "
-                         "or an ARPA file)")
+    check_before_starting(config)
     from pipeline.graph import JobError, run_transcription
 
-    print(f"loopscribe: {', '.join(config.manifests)} -> {config.output} ({config.decoding.describe()})", flush=True)
-    for note in advice(config):
+    print(f"loopscribe: {', '.join(config.manifests)} -> {config.output} ({describe(config.decoding)})", flush=True)
+    for note in advice(config.decoding):
         print(f"loopscribe: note: {note}", file=sys.stderr, flush=True)
     connect(config)
     try:

@@ -5,28 +5,19 @@ sections mirror these classes, with flags overriding it); each stage gets only i
 written beside the output (`_config.json`), so every result says how it was made, and a rerun into the same
 output with a different model or decoding is refused instead of mixing two kinds of results.
 
-Decoding strategies (`DecodingConfig.strategy`):
-- `greedy`: label-looping greedy of the transducer head (RNN-T or TDT); CTC greedy for a CTC-only model.
-- `wind_greedy`: label-looping greedy with WIND's window of `window_size` frames (same tokens as `greedy`).
-- `alsd`, `aes`, `wind_beam`: ALSD++, AES++ and WIND beam search of width `beam_size` (transducer head).
-- `ctc_greedy`: greedy decoding of the CTC head (of a CTC or hybrid model).
-- `ctc_beam`: the GPU stage applies blank collapse (`ctc_collapse_threshold`) and hands compact CTC log-probs to
-  a CPU stage that runs `CtcBeamSearch` of width `beam_size`.
-Every strategy fuses the n-gram LM at `lm_uri` with weight `lm_weight` (NeMo's `ngram_lm_alpha`) when given.
+The decoding section (`DecodingConfig`) and what each strategy does with it live in `pipeline/decoding.py`.
+Old names of settings (`gpu_actors`, `cpu_actors`, `ctc_actors`) are still read, as aliases of the new ones.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-Strategy = Literal["greedy", "wind_greedy", "alsd", "aes", "wind_beam", "ctc_greedy", "ctc_beam"]
-STRATEGIES: tuple[str, ...] = ("greedy", "wind_greedy", "alsd", "aes", "wind_beam", "ctc_greedy", "ctc_beam")
-TRANSDUCER_STRATEGIES = ("greedy", "wind_greedy", "alsd", "aes", "wind_beam")
-BEAM_STRATEGIES = ("alsd", "aes", "wind_beam", "ctc_beam")
+from pipeline.decoding import DecodingConfig
+from pipeline.decoding import results_identity as decoding_identity
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 BUNDLED_MODEL = REPOSITORY / "models" / "demo_hybrid_rnnt_ctc.nemo"
@@ -47,82 +38,11 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class DecodingConfig:
-    strategy: Strategy = "greedy"
-    beam_size: int = 4
-    max_symbols: int | None = None  # labels per frame (transducers); None: the checkpoint's own setting
-    window_size: int = 8  # WIND frames (wind_greedy, wind_beam)
-    lm_uri: str | None = None  # n-gram LM: a binary from `python -m decoders.ngram.build`, or a token-level ARPA
-    lm_sha256: str | None = None
-    lm_weight: float = 0.0  # shallow-fusion weight (NeMo's ngram_lm_alpha)
-    pruning: Literal["early", "late"] = "late"  # transducer beam + LM
-    blank_lm_scoring: Literal["none", "weighted"] = "weighted"  # transducer beam + LM
-    # ctc_beam: blank collapse of frames whose p(blank) exceeds this; "weak": frames whose argmax is blank; None: off
-    ctc_collapse_threshold: float | Literal["weak"] | None = 0.9
-    ctc_insertion_bonus: float = 0.0  # ctc_beam: added per label
-    ctc_beam_threshold: float = 20.0  # ctc_beam: drop candidates this far below the best
-    use_cuda_graphs: bool = True  # transducer greedy and beam loops replay CUDA graphs on a GPU
-
-    def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"decoding.strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
-        if self.beam_size < 1:
-            raise ValueError(f"decoding.beam_size must be >= 1, got {self.beam_size}")
-        if self.max_symbols is not None and self.max_symbols < 1:
-            raise ValueError(f"decoding.max_symbols must be >= 1, got {self.max_symbols}")
-        if self.window_size < 1:
-            raise ValueError(f"decoding.window_size must be >= 1, got {self.window_size}")
-        if not math.isfinite(self.lm_weight) or self.lm_weight < 0:
-            raise ValueError(f"decoding.lm_weight must be a finite number >= 0, got {self.lm_weight}")
-        if self.lm_weight > 0 and not self.lm_uri:
-            raise ValueError("decoding.lm_weight > 0 needs decoding.lm_uri (--lm)")
-        if self.pruning not in ("early", "late"):
-            raise ValueError(f"decoding.pruning must be 'early' or 'late', got {self.pruning!r}")
-        if self.blank_lm_scoring not in ("none", "weighted"):
-            raise ValueError(f"decoding.blank_lm_scoring must be 'none' or 'weighted', got {self.blank_lm_scoring!r}")
-        threshold = self.ctc_collapse_threshold
-        if threshold is not None and threshold != "weak" and not (
-                isinstance(threshold, (int, float)) and 0.0 < threshold < 1.0):
-            raise ValueError(f"decoding.ctc_collapse_threshold must lie in (0, 1), or be 'weak' or None: {threshold!r}")
-        if not self.ctc_beam_threshold > 0:
-            raise ValueError(f"decoding.ctc_beam_threshold must be > 0, got {self.ctc_beam_threshold}")
-
-    @property
-    def head(self) -> Literal["transducer", "ctc"]:
-        return "ctc" if self.strategy.startswith("ctc_") else "transducer"
-
-    def describe(self) -> str:
-        """A short identifier of what decoded a row, for the `decoding` column."""
-        parts = [self.strategy]
-        if self.strategy in BEAM_STRATEGIES:
-            parts.append(f"beam_size={self.beam_size}")
-        if self.strategy in ("wind_greedy", "wind_beam"):
-            parts.append(f"window_size={self.window_size}")
-        if self.max_symbols is not None and self.head == "transducer":
-            parts.append(f"max_symbols={self.max_symbols}")
-        if self.strategy == "ctc_beam" and self.ctc_collapse_threshold is not None:
-            parts.append(f"collapse={self.ctc_collapse_threshold}")
-        if self.strategy == "ctc_beam":  # every other setting that changes the results, where not the default
-            parts += [f"{name}={getattr(self, name):g}" for name in ("ctc_insertion_bonus", "ctc_beam_threshold")
-                      if getattr(self, name) != _DECODING_DEFAULTS[name]]
-        if self.lm_uri and self.lm_weight > 0:
-            parts.append(f"lm={self.lm_uri}")
-            parts.append(f"lm_weight={self.lm_weight:g}")
-            if self.strategy in ("alsd", "aes", "wind_beam"):
-                parts += [f"{name}={getattr(self, name)}" for name in ("pruning", "blank_lm_scoring")
-                          if getattr(self, name) != _DECODING_DEFAULTS[name]]
-        return " ".join(parts)
-
-
-_DECODING_DEFAULTS = {f.name: f.default for f in fields(DecodingConfig)}
-
-
-@dataclass(frozen=True)
 class ResourcesConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when the cluster has GPUs
-    gpu_actors: int = 1  # ASR actors; each holds one GPU (with device cpu: CPU actors doing the GPU stage's work)
-    cpu_actors: int = 2  # audio fetch + decode actors
-    ctc_actors: int = 1  # CPU actors for detokenization, word timestamps, CTC beam search and writing parts
+    asr_actors: int = 1  # encoder + decoding actors; each holds one GPU (on the CPU: fractional CPUs)
+    audio_actors: int = 2  # audio fetch + decode actors
+    writer_actors: int = 1  # CPU actors for CTC beam search (ctc_beam), detokenization, timestamps and writing parts
     batch_audio_s: float = 300.0  # padded audio seconds per encoder batch (length bucketing bound)
     max_batch_size: int = 64  # utterances per encoder batch
     window_rows: int = 1024  # rows the ASR stage receives at once and buckets by length (the streaming window)
@@ -133,7 +53,7 @@ class ResourcesConfig:
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"resources.device must be auto, cpu or cuda, got {self.device!r}")
-        for name in ("gpu_actors", "cpu_actors", "ctc_actors", "max_batch_size", "window_rows", "part_rows"):
+        for name in ("asr_actors", "audio_actors", "writer_actors", "max_batch_size", "window_rows", "part_rows"):
             if getattr(self, name) < 1:
                 raise ValueError(f"resources.{name} must be >= 1, got {getattr(self, name)}")
         if not self.batch_audio_s > 0:
@@ -142,6 +62,15 @@ class ResourcesConfig:
             raise ValueError(f"resources.asr_actor_cpus must be > 0, got {self.asr_actor_cpus}")
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f"resources.torch_threads must be >= 1, got {self.torch_threads}")
+
+    def asr_cpus(self, device: str) -> float:
+        """CPUs reserved per ASR actor: a whole one beside a GPU; half of one where the actor itself is on a CPU
+        (its torch threads use what the machine has)."""
+        return self.asr_actor_cpus or (1.0 if device == "cuda" else 0.5)
+
+
+# settings renamed, still read under their old names (flags and YAML): old -> new
+RESOURCE_ALIASES = {"gpu_actors": "asr_actors", "cpu_actors": "audio_actors", "ctc_actors": "writer_actors"}
 
 
 @dataclass(frozen=True)
@@ -168,7 +97,7 @@ class TranscribeJobConfig:
     def results_identity(self) -> dict[str, Any]:
         """What makes two runs' rows the same kind of result: rows of another identity must not be mixed in."""
         return {"model": dataclasses.asdict(self.model) | {"cache_dir": None},
-                "decoding": dataclasses.asdict(self.decoding) | {"use_cuda_graphs": None}}  # same results either way
+                "decoding": decoding_identity(self.decoding)}
 
 
 _SECTIONS = {"model": ModelConfig, "decoding": DecodingConfig, "resources": ResourcesConfig}
@@ -179,7 +108,7 @@ def config_from_dict(values: dict[str, Any]) -> TranscribeJobConfig:
 
     Unknown keys are errors naming the key, so a typo never silently falls back to a default.
     """
-    values = dict(values)
+    values = with_current_names(values)
     top_level = {f.name for f in fields(TranscribeJobConfig)}
     unknown = sorted(set(values) - top_level)
     if unknown:
@@ -200,6 +129,21 @@ def config_from_dict(values: dict[str, Any]) -> TranscribeJobConfig:
     if "manifests" in values and isinstance(values["manifests"], list):
         values["manifests"] = tuple(values["manifests"])
     return TranscribeJobConfig(**values)
+
+
+def with_current_names(values: dict[str, Any]) -> dict[str, Any]:
+    """A nested settings dict with renamed settings under their current names (`RESOURCE_ALIASES`); both names
+    of one setting at once is an error."""
+    resources = values.get("resources")
+    if not isinstance(resources, dict) or not set(resources) & set(RESOURCE_ALIASES):
+        return dict(values)
+    renamed = dict(resources)
+    for old, new in RESOURCE_ALIASES.items():
+        if old in renamed:
+            if new in renamed:
+                raise ValueError(f"resources.{old} is the old name of resources.{new}: give one of them")
+            renamed[new] = renamed.pop(old)
+    return {**values, "resources": renamed}
 
 
 def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

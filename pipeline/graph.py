@@ -14,7 +14,6 @@ by `ReadManifests` actors, so a corpus of many large manifests streams instead o
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -23,8 +22,10 @@ from typing import Any
 
 from pipeline import schema, sink, stages
 from pipeline.config import TranscribeJobConfig
+from pipeline.decoding import DecodingError, DecodingPlan, plan_decoding
+from pipeline.fetch import fetch_file, file_sha256
 from pipeline.manifest import expand_manifest_uris
-from pipeline.models import fetch_model, file_sha256, read_nemo_config, sample_rate_of
+from pipeline.nemo_file import ModelFacts, read_model_facts
 
 log = logging.getLogger(__name__)
 
@@ -44,53 +45,26 @@ class OutputMismatchError(JobError):
 
 def check_output(config: TranscribeJobConfig) -> None:
     """Refuse to add rows to an output whose earlier rows were made by another model or decoding."""
-    filesystem, root = sink._filesystem(config.output)
-    path = f"{root.rstrip('/')}/{sink.CONFIG_FILE}"
-    if not filesystem.exists(path):
-        return
-    with filesystem.open(path, "r") as handle:
-        earlier = json.load(handle).get("identity")
-    if earlier is not None and _differs(earlier, _jsonable(config.results_identity())):
-        raise OutputMismatchError(
-            f"{config.output} holds results of another model or decoding ({sink.CONFIG_FILE}: {earlier}); "
-            "write to a new output, or delete this one to start over")
-
-
-def _differs(earlier: dict[str, Any], now: dict[str, Any]) -> bool:
-    """Whether two results identities differ in a setting both know (a setting added by a later version of
-    loopscribe does not make an older output foreign)."""
-    for section in set(earlier) & set(now):
-        before, after = earlier[section] or {}, now[section] or {}
-        if any(before[key] != after[key] for key in set(before) & set(after)):
-            return True
-    return False
-
-
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value))
+    try:
+        sink.check_identity(config.output, config.results_identity())
+    except sink.IdentityMismatch as error:
+        raise OutputMismatchError(str(error)) from None
 
 
 def model_identity(config: TranscribeJobConfig) -> tuple[Path, str]:
     """The model file on this node and the id written in the `model` column: name and sha256 prefix."""
-    path = fetch_model(config.model.uri, sha256=config.model.sha256, cache_dir=f"{config.model.cache_dir}/models")
+    path = fetch_file(config.model.uri, sha256=config.model.sha256, cache_dir=f"{config.model.cache_dir}/models")
     digest = config.model.sha256 or file_sha256(path)
     return path, f"{config.model.uri.rstrip('/').rsplit('/', 1)[-1]} sha256:{digest[:16]}"
 
 
-def check_decoding_fits(nemo_config: dict[str, Any], config: TranscribeJobConfig) -> None:
-    """Refuse, before any actor starts, a strategy the model's heads cannot run (from its `.nemo` config)."""
-    has_transducer = "joint" in nemo_config
-    has_ctc = "aux_ctc" in nemo_config or not has_transducer
-    is_tdt = bool((nemo_config.get("model_defaults") or {}).get("tdt_durations"))
-    strategy = config.decoding.strategy
-    name = config.model.uri
-    if config.decoding.head == "ctc" and not has_ctc:
-        raise JobError(f"--decoding {strategy} needs a CTC head; {name} is a transducer without one")
-    if config.decoding.head == "transducer" and strategy != "greedy" and not has_transducer:
-        raise JobError(f"--decoding {strategy} needs a transducer head; {name} is CTC only (use greedy, "
-                         "ctc_greedy or ctc_beam)")
-    if strategy == "wind_beam" and is_tdt:
-        raise JobError(f"--decoding wind_beam supports RNN-T only; {name} is TDT (use alsd or aes)")
+def plan_job_decoding(facts: ModelFacts, config: TranscribeJobConfig, device: str) -> DecodingPlan:
+    """The job's decoding plan, from the facts of the model's `.nemo` config, made before any actor starts: a
+    strategy the model cannot run is refused here, as a `JobError`."""
+    try:
+        return plan_decoding(facts, config.decoding, device, model_name=config.model.uri)
+    except DecodingError as error:
+        raise JobError(str(error)) from None
 
 
 def resolve_device(config: TranscribeJobConfig) -> str:
@@ -127,37 +101,35 @@ def read_rows(config: TranscribeJobConfig, manifest_uris: list[str], spare_cpus:
     return dataset
 
 
-def build_transcription(config: TranscribeJobConfig, manifest_uris: list[str], sample_rate: int, device: str,
-                        model_id: str):
+def build_transcription(config: TranscribeJobConfig, plan: DecodingPlan, manifest_uris: list[str],
+                        sample_rate: int, model_id: str):
     """The Ray Data plan of one job (lazy): a dataset of one summary row per committed part."""
     import ray
     from ray.data import ActorPoolStrategy
 
     resources = config.resources
-    asr_cpus = resources.asr_actor_cpus or (1.0 if device == "cuda" else 0.5)
-    # CTC beam search is real CPU work: a whole CPU per writer on a GPU cluster; on a CPU-only machine the ASR
-    # actors share the same few cores, and a whole CPU more would leave none for the manifest reader
-    finish_cpus = 1.0 if config.decoding.strategy == "ctc_beam" and device == "cuda" else FINISH_ACTOR_CPUS
-    reserved_cpus = (READ_CPUS + asr_cpus * resources.gpu_actors + AUDIO_ACTOR_CPUS * resources.cpu_actors
-                     + finish_cpus * resources.ctc_actors)
+    asr_cpus = resources.asr_cpus(plan.device)
+    # a writer search (CTC beam) is real CPU work: a whole CPU per writer on a GPU cluster; on a CPU-only machine
+    # the ASR actors share the same few cores, and a whole CPU more would leave none for the manifest reader
+    finish_cpus = 1.0 if plan.writer_searches and plan.device == "cuda" else FINISH_ACTOR_CPUS
+    reserved_cpus = (READ_CPUS + asr_cpus * resources.asr_actors + AUDIO_ACTOR_CPUS * resources.audio_actors
+                     + finish_cpus * resources.writer_actors)
     dataset = read_rows(config, manifest_uris, ray.cluster_resources().get("CPU", 0.0) - reserved_cpus)
     dataset = dataset.map_batches(
         stages.LoadAudio, fn_constructor_kwargs={"sample_rate": sample_rate}, batch_format="pyarrow",
-        batch_size=AUDIO_BATCH_ROWS, compute=ActorPoolStrategy(size=resources.cpu_actors),
+        batch_size=AUDIO_BATCH_ROWS, compute=ActorPoolStrategy(size=resources.audio_actors),
         num_cpus=AUDIO_ACTOR_CPUS)
     dataset = dataset.map_batches(
         stages.TranscribeBatch,
-        fn_constructor_kwargs={"model": config.model, "decoding": config.decoding, "resources": resources,
-                               "device": device},
+        fn_constructor_kwargs={"model": config.model, "plan": plan, "resources": resources},
         batch_format="pyarrow", batch_size=resources.window_rows,
-        compute=ActorPoolStrategy(size=resources.gpu_actors), num_cpus=asr_cpus,
-        num_gpus=1 if device == "cuda" else 0)
+        compute=ActorPoolStrategy(size=resources.asr_actors), num_cpus=asr_cpus,
+        num_gpus=1 if plan.device == "cuda" else 0)
     return dataset.map_batches(
         stages.FinishAndWrite,
-        fn_constructor_kwargs={"model": config.model, "decoding": config.decoding, "output": config.output,
-                               "model_id": model_id},
+        fn_constructor_kwargs={"model": config.model, "plan": plan, "output": config.output, "model_id": model_id},
         batch_format="pyarrow", batch_size=resources.part_rows,
-        compute=ActorPoolStrategy(size=resources.ctc_actors), num_cpus=finish_cpus)
+        compute=ActorPoolStrategy(size=resources.writer_actors), num_cpus=finish_cpus)
 
 
 def output_totals(output: str) -> dict[str, Any]:
@@ -183,16 +155,15 @@ def run_transcription(config: TranscribeJobConfig,
     check_output(config)
     manifest_uris = expand_manifest_uris(config.manifests)
     model_path, model_id = model_identity(config)
-    nemo_config = read_nemo_config(model_path)
-    check_decoding_fits(nemo_config, config)
-    sample_rate = sample_rate_of(nemo_config)
     device = resolve_device(config)
+    facts = read_model_facts(model_path)
+    plan = plan_job_decoding(facts, config, device)
     sink.write_json(config.output, sink.CONFIG_FILE, {
         "config": config.to_dict(), "identity": config.results_identity(), "model_id": model_id,
         "device": device, "manifests": manifest_uris})
-    log.info("%d manifest(s) -> %s (%s, %s)", len(manifest_uris), config.output, config.decoding.describe(), device)
+    log.info("%d manifest(s) -> %s (%s, %s)", len(manifest_uris), config.output, plan.description, device)
     parts: list[dict[str, Any]] = []
-    dataset = build_transcription(config, manifest_uris, sample_rate, device, model_id)
+    dataset = build_transcription(config, plan, manifest_uris, facts.sample_rate, model_id)
     for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
         for part in batch.to_pylist():
             parts.append(part)
@@ -200,6 +171,6 @@ def run_transcription(config: TranscribeJobConfig,
     removed = sink.deduplicate(config.output)
     summary = stages.summarize(parts, started)
     summary = {**output_totals(config.output), "this_run": summary, "duplicates_removed": removed,
-               "model_id": model_id, "decoding": config.decoding.describe(), "device": device}
+               "model_id": model_id, "decoding": plan.description, "device": device}
     sink.mark_success(config.output, summary)
     return summary

@@ -37,6 +37,23 @@ WORD_TYPE = pa.struct([
     pa.field("confidence", pa.float32()),
 ])
 
+# columns that exist only between stages
+SAMPLES = "samples"  # float32 waveform at the model's rate (audio stage -> ASR stage)
+AUDIO_S = "audio_s"  # seconds of audio actually decoded
+PADDED_S = "padded_s"  # this row's share of its encoder batch's padded seconds
+TOKENS = "tokens"
+TOKEN_FRAMES = "token_frames"
+TOKEN_DURATIONS = "token_durations"  # TDT only
+SCORE = "score"
+CTC_LOG_PROBS = "ctc_log_probs"  # float16 bytes of [T', V] (a writer-stage search: ctc_beam)
+CTC_FRAMES = "ctc_frames"  # original frame of each of the T' frames (likewise)
+
+# the summary row the writer stage returns per committed part
+PART = "part"
+ROWS, ROWS_OK, ROWS_ERROR = "rows", "rows_ok", "rows_error"
+FINISH_S = "finish_s"  # seconds the writer spent on the part
+COMMITTED_AT = "committed_at"  # Unix time the part was committed
+
 INPUT_COLUMNS = (UTTERANCE_ID, MANIFEST, LINE, AUDIO_FILEPATH, OFFSET, DURATION, REFERENCE_TEXT, EXTRA, STATUS, ERROR)
 
 OUTPUT_SCHEMA = pa.schema([

@@ -167,6 +167,30 @@ def write_json(output_uri: str, name: str, payload: dict[str, Any]) -> None:
         handle.write("\n")
 
 
+class IdentityMismatch(ValueError):
+    """The output holds results made another way (another model or decoding)."""
+
+
+def check_identity(output_uri: str, identity: dict[str, Any]) -> None:
+    """Refuse (`IdentityMismatch`) to add rows to an output whose `_config.json` records another results
+    identity. A setting that only one of the two knows (added by a later version) does not make them differ."""
+    filesystem, root = _filesystem(output_uri)
+    path = f"{root.rstrip('/')}/{CONFIG_FILE}"
+    if not filesystem.exists(path):
+        return
+    with filesystem.open(path, "r") as handle:
+        earlier = json.load(handle).get("identity")
+    now = json.loads(json.dumps(identity))  # as it will be stored: tuples become lists
+    if earlier is None:
+        return
+    for section in set(earlier) & set(now):
+        before, after = earlier[section] or {}, now[section] or {}
+        if any(before[key] != after[key] for key in set(before) & set(after)):
+            raise IdentityMismatch(
+                f"{output_uri} holds results of another model or decoding ({CONFIG_FILE}: {earlier}); "
+                "write to a new output, or delete this one to start over")
+
+
 def mark_success(output_uri: str, summary: dict[str, Any]) -> None:
     """Write the summary, then the `_SUCCESS` marker (last, so its presence means the output is complete)."""
     write_json(output_uri, SUMMARY_FILE, summary)

@@ -8,9 +8,14 @@ naming the manifest, line and cause, and is written like any other row. Nothing 
 1. `ReadManifests` (CPU): manifest URIs -> one row per line, minus the rows an earlier run already committed.
 2. `LoadAudio` (CPU): fetch, decode, mix down, slice and resample each row's audio -> `samples`.
 3. `TranscribeBatch` (GPU, or CPU with fractional CPUs): a window of rows -> length buckets -> encoder and
-   decoding -> token ids with frames (or, for `ctc_beam`, compact blank-collapsed CTC log-probs).
-4. `FinishAndWrite` (CPU): CTC beam search where asked, detokenization and word timestamps, then one atomic
-   Parquet part per batch (`pipeline/sink.py`) -> one summary row per part, which the driver counts.
+   decoding -> token ids with frames (or, where the plan has the writer search, compact blank-collapsed CTC
+   log-probs).
+4. `FinishAndWrite` (CPU): the writer's search where the plan has one (CTC beam search), detokenization and
+   word timestamps, then one atomic Parquet part per batch (`pipeline/sink.py`) -> one summary row per part,
+   which the driver counts.
+
+Both decoding stages get the job's `DecodingPlan` (`pipeline/decoding.py`), made once by the driver, and read
+every decoding decision from it. Column names come from `pipeline/schema.py`.
 
 The mel preprocessor runs in stage 3 with the encoder, as NeMo runs it: on a GPU it costs a few percent of the
 encoder, and it belongs to the checkpoint (its config and window), which only stage 3 loads. Audio fetching,
@@ -33,35 +38,30 @@ import torch
 from pipeline import schema, sink
 from pipeline.audio import AudioError, load_audio
 from pipeline.bucketing import padded_seconds, plan_batches
-from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig
+from pipeline.config import ModelConfig, ResourcesConfig
+from pipeline.decoding import DecodingPlan, compact_ctc_log_probs, load_language_model
+from pipeline.fetch import fetch_file
 from pipeline.manifest import read_manifest
-from pipeline.models import AsrModel, LayoutUnavailable, ModelLayout, fetch_model, load_asr_model, read_model_layout
-from pipeline.recognize import (
-    build_decoder,
-    compact_ctc_log_probs,
-    ctc_beam_decoder,
-    decoding_head,
-    head_vocab_size,
-    load_language_model,
-    pad_waveforms,
-    transcript_of,
+from pipeline.nemo_file import LayoutUnavailable, ModelLayout, read_model_layout
+from pipeline.nemo_model import AsrModel, load_asr_model
+from pipeline.recognize import pad_waveforms, transcript_of
+from pipeline.schema import (
+    AUDIO_S,
+    COMMITTED_AT,
+    CTC_FRAMES,
+    CTC_LOG_PROBS,
+    FINISH_S,
+    PADDED_S,
+    PART,
+    ROWS,
+    ROWS_ERROR,
+    ROWS_OK,
+    SAMPLES,
+    SCORE,
+    TOKEN_DURATIONS,
+    TOKEN_FRAMES,
+    TOKENS,
 )
-
-# columns that exist only between stages
-SAMPLES = "samples"  # float32 waveform at the model's rate (stage 2 -> 3)
-AUDIO_S = "audio_s"  # seconds of audio actually decoded
-PADDED_S = "padded_s"  # this row's share of its encoder batch's padded seconds
-TOKENS = "tokens"
-TOKEN_FRAMES = "token_frames"
-TOKEN_DURATIONS = "token_durations"  # TDT only
-SCORE = "score"
-CTC_LOG_PROBS = "ctc_log_probs"  # float16 bytes of [T', V] (ctc_beam)
-CTC_FRAMES = "ctc_frames"  # original frame of each of the T' frames (ctc_beam)
-
-# the summary row FinishAndWrite returns per committed part
-PART = "part"
-ROWS, ROWS_OK, ROWS_ERROR = "rows", "rows_ok", "rows_error"
-COMMITTED_AT = "committed_at"  # Unix time the part was committed
 
 ModelLoader = Callable[[ModelConfig, str], AsrModel]
 
@@ -73,7 +73,7 @@ def load_model(model: ModelConfig, device: str) -> AsrModel:
 def load_layout(model: ModelConfig, device: str = "cpu") -> AsrModel | ModelLayout:
     """The model's tokenizer, frame timing and head layout, read from the `.nemo` file without NeMo; the whole
     model only where the file holds something `read_model_layout` does not read (another tokenizer type)."""
-    path = fetch_model(model.uri, sha256=model.sha256, cache_dir=f"{model.cache_dir}/models")
+    path = fetch_file(model.uri, sha256=model.sha256, cache_dir=f"{model.cache_dir}/models")
     try:
         return read_model_layout(path)
     except LayoutUnavailable:
@@ -204,27 +204,27 @@ class TranscribeBatch:
     """GPU stage: a window of rows -> length buckets -> encoder + decoding -> tokens with frames per row.
 
     Rows already in error pass through. A bucket that fails is retried row by row, so one bad row becomes one
-    error row. For `ctc_beam` the rows carry compact CTC log-probs for `FinishAndWrite` instead of tokens.
+    error row. Where the plan has the writer search, the rows carry compact CTC log-probs for `FinishAndWrite`
+    instead of tokens.
     """
 
-    def __init__(self, model: ModelConfig, decoding: DecodingConfig, resources: ResourcesConfig, device: str,
+    def __init__(self, model: ModelConfig, plan: DecodingPlan, resources: ResourcesConfig,
                  load: ModelLoader = load_model) -> None:
-        if device == "cpu" and resources.torch_threads is not None:
+        if plan.device == "cpu" and resources.torch_threads is not None:
             torch.set_num_threads(resources.torch_threads)
-        self.model_config, self.device, self.decoding, self.resources = model, device, decoding, resources
+        self.model_config, self.plan, self.resources = model, plan, resources
         self.model: AsrModel | None = None
         self.decode = None
-        self._loading = _BackgroundLoad(lambda: load(model, device))
+        self._loading = _BackgroundLoad(lambda: load(model, plan.device))
 
     def _ensure_loaded(self) -> None:
         if self.model is not None:
             return
         self.model = self._loading.get()
-        decoding_head(self.model, self.decoding)
-        if self.decoding.strategy != "ctc_beam":
-            lm = load_language_model(self.decoding, head_vocab_size(self.model, self.decoding),
-                                     self.model_config.cache_dir, self.device)
-            self.decode, _ = build_decoder(self.model, self.decoding, lm)
+        if not self.plan.writer_searches:
+            lm = load_language_model(self.plan, self.plan.lm_vocab_size(self.model), self.model_config.cache_dir,
+                                     self.plan.device)
+            self.decode = self.plan.build_decoder(self.model, lm)
 
     def __call__(self, table: pa.Table) -> pa.Table:
         rows = _ok_rows(table)
@@ -263,9 +263,8 @@ class TranscribeBatch:
     def _run(self, waveforms: list[np.ndarray]) -> list[dict[str, Any]]:
         audio, lengths = pad_waveforms(waveforms)
         encoder_output, encoder_lengths = self.model.encode(audio, lengths)
-        if self.decode is None:
-            compact = compact_ctc_log_probs(self.model, encoder_output, encoder_lengths,
-                                            self.decoding.ctc_collapse_threshold)
+        if self.plan.writer_searches:
+            compact = compact_ctc_log_probs(self.model, encoder_output, encoder_lengths, self.plan)
             return [{CTC_LOG_PROBS: values.tobytes(), CTC_FRAMES: frames} for values, frames in compact]
         return [{TOKENS: h.tokens, TOKEN_FRAMES: h.frame_indices, TOKEN_DURATIONS: h.durations, SCORE: h.score}
                 for h in self.decode(encoder_output, encoder_lengths).to_list()]
@@ -279,29 +278,23 @@ class FinishAndWrite:
     import and no weights in this actor.
     """
 
-    def __init__(self, model: ModelConfig, decoding: DecodingConfig, output: str, model_id: str,
+    def __init__(self, model: ModelConfig, plan: DecodingPlan, output: str, model_id: str,
                  load: Callable[[ModelConfig, str], AsrModel | ModelLayout] = load_layout) -> None:
-        self.model_config, self.decoding = model, decoding
+        self.model_config, self.plan = model, plan
         self.output = output
         self.model_id = model_id
-        self.decoding_id = decoding.describe()
         self.model: AsrModel | ModelLayout | None = None
-        self.ctc_beam = None
+        self.search = None
         self._loading = _BackgroundLoad(lambda: load(model, "cpu"))
 
     def _ensure_loaded(self) -> None:
         if self.model is not None:
             return
         self.model = self._loading.get()
-        head = decoding_head(self.model, self.decoding)
-        if head == "transducer":
-            self.span_kind = "tdt" if self.model.transducer.durations else "rnnt"
-        else:
-            self.span_kind = "ctc"
-        if self.decoding.strategy == "ctc_beam":
-            lm = load_language_model(self.decoding, head_vocab_size(self.model, self.decoding),
-                                     self.model_config.cache_dir, "cpu")
-            self.ctc_beam = ctc_beam_decoder(self.model, self.decoding, lm)
+        if self.plan.writer_searches:
+            lm = load_language_model(self.plan, self.plan.lm_vocab_size(self.model), self.model_config.cache_dir,
+                                     "cpu")  # the writer searches on its CPU, whatever the ASR stage runs on
+            self.search = self.plan.build_writer_search(self.model, lm)
 
     def __call__(self, table: pa.Table) -> pa.Table:
         started = time.perf_counter()
@@ -310,11 +303,11 @@ class FinishAndWrite:
         hypotheses: dict[int, tuple] = {}
         if rows:
             self._ensure_loaded()
-        if self.ctc_beam is not None and rows:
+        if self.search is not None and rows:
             vocab = self.model.ctc.vocab_size + 1
             compact = [(np.frombuffer(table.column(CTC_LOG_PROBS)[i].as_py(), np.float16).reshape(-1, vocab),
                         np.asarray(table.column(CTC_FRAMES)[i].as_py(), np.int64)) for i in rows]
-            for index, h in zip(rows, self.ctc_beam(compact)):
+            for index, h in zip(rows, self.search(compact)):
                 hypotheses[index] = (h.tokens, h.frame_indices, h.durations, h.score)
         else:
             columns = [table.column(c).to_pylist() for c in (TOKENS, TOKEN_FRAMES, TOKEN_DURATIONS, SCORE)]
@@ -323,7 +316,7 @@ class FinishAndWrite:
         words: list[list[dict] | None] = [None] * table.num_rows
         for index, (tokens, frames, durations, score) in hypotheses.items():
             try:
-                transcript = transcript_of(self.model, self.span_kind, tokens, frames, durations, score)
+                transcript = transcript_of(self.model, self.plan.span_kind, tokens, frames, durations, score)
             except Exception as error:
                 failed[index] = f"cannot detokenize ({type(error).__name__}: {error})"
                 continue
@@ -338,7 +331,7 @@ class FinishAndWrite:
             schema.TEXT: texts,
             schema.WORDS: words,
             schema.MODEL: [self.model_id] * table.num_rows,
-            schema.DECODING: [self.decoding_id] * table.num_rows,
+            schema.DECODING: [self.plan.description] * table.num_rows,
         })
         part = sink.write_part(self.output, output) if output.num_rows else ""
         statuses = table.column(schema.STATUS).to_pylist()
@@ -351,7 +344,7 @@ class FinishAndWrite:
             ROWS_ERROR: [table.num_rows - ok],
             AUDIO_S: [float(np.sum(audio_s))],
             PADDED_S: [float(np.sum(table.column(PADDED_S).to_numpy(zero_copy_only=False)))],
-            "finish_s": [time.perf_counter() - started],
+            FINISH_S: [time.perf_counter() - started],
             COMMITTED_AT: [time.time()],
         })
 

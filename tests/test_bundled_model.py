@@ -52,7 +52,7 @@ def test_bundled_model_transcribes_the_samples_within_the_wer_bound(name, head):
     import jiwer
     import soundfile
 
-    from pipeline.models import load_asr_model
+    from pipeline.nemo_model import load_asr_model
     from pipeline.recognize import recognize
 
     rows, paths = samples()
@@ -73,7 +73,7 @@ def test_bundled_model_decodes_the_samples_as_nemo_does(name, head):
     (1). This TDT model never skips two or more frames (docs/demo_model.md), so skips stay covered by those tests."""
     import soundfile
 
-    from pipeline.models import load_asr_model
+    from pipeline.nemo_model import load_asr_model
     from tests.pipeline.nemo_peer import assert_same_as_nemo, nemo_transcribe
 
     _, paths = samples()
@@ -106,7 +106,7 @@ def domain_dev(tmp_path_factory):
 
     from decoders.ngram.build import build_lm
     from decoders.ngram.lm import NgramLm
-    from pipeline.models import load_asr_model
+    from pipeline.nemo_model import load_asr_model
     from pipeline.recognize import pad_waveforms
 
     pytest.importorskip("varikn")  # the `lm` extra builds the LM
@@ -126,15 +126,14 @@ def domain_dev(tmp_path_factory):
 def test_a_domain_lm_from_the_bundled_text_cuts_the_domain_wer(strategy, lm_weight, insertion_bonus, domain_dev):
     import jiwer
 
-    from pipeline.recognize import decode_in_process
+    from pipeline.decoding import decode_in_process, plan_decoding
 
     model, references, encoder_output, encoder_lengths, lm_path, lm = domain_dev
 
     def wer(lm_weight: float) -> float:
-        decoding = DecodingConfig(strategy=strategy, beam_size=4, lm_uri=lm_path, lm_weight=lm_weight,
-                                  ctc_insertion_bonus=insertion_bonus if lm_weight > 0 else 0.0)
-        decode, _ = decode_in_process(model, decoding, lm)
-        hypotheses = decode(encoder_output, encoder_lengths)
+        decoding = DecodingConfig(strategy=strategy, beam_size=4, lm_uri=lm_path if lm_weight > 0 else None,
+                                  lm_weight=lm_weight, ctc_insertion_bonus=insertion_bonus if lm_weight > 0 else 0.0)
+        hypotheses = decode_in_process(model, plan_decoding(model.facts, decoding), lm)(encoder_output, encoder_lengths)
         return jiwer.wer(references, [model.tokenizer.ids_to_text(h.tokens) for h in hypotheses])
 
     without_lm, with_lm = wer(0.0), wer(lm_weight)
@@ -152,6 +151,8 @@ def test_quickstart_command_transcribes_the_samples(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert any(line.startswith("loopscribe: 20 transcripts ok, 0 error rows -> " + str(output))
                for line in run.stdout.splitlines())
+    printed = run.stdout + run.stderr  # the actors' lines reach the driver's terminal; NeMo's chatter must not
+    assert "[NeMo I" not in printed and "[NeMo W" not in printed and "OneLogger" not in printed, printed[-3000:]
     table = sink.read_output(str(output))
     assert table.num_rows == 20 and set(table.column(schema.STATUS).to_pylist()) == {schema.STATUS_OK}
     assert all(words for words in table.column(schema.WORDS).to_pylist())

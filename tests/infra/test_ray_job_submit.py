@@ -53,7 +53,7 @@ def local_head():
 
 
 def test_ray_job_submit_transcribes_a_manifest(local_head, nemo_assets, tmp_path):
-    from pipeline.models import load_asr_model
+    from pipeline.nemo_model import load_asr_model
     from pipeline.recognize import recognize
 
     manifest = tmp_path / "manifest.json"
@@ -67,7 +67,7 @@ def test_ray_job_submit_transcribes_a_manifest(local_head, nemo_assets, tmp_path
          (local_head / "dashboard_url").read_text().strip(), "--",
          "python", "jobs/transcribe.py", "--manifest", str(manifest), "--output", str(output),
          "--model", str(nemo_assets["checkpoints"]["rnnt"]), "--cache-dir", str(tmp_path / "cache"),
-         "--device", "cpu", "--cpu-actors", "1", "--torch-threads", "1"],
+         "--device", "cpu", "--audio-actors", "1", "--torch-threads", "1"],
         capture_output=True, text=True, timeout=600, env=environment)
     assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
     assert "succeeded" in submit.stdout

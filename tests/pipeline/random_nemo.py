@@ -186,7 +186,7 @@ def calibrate_emission(nemo_model, waveforms: Sequence[np.ndarray], frames_per_l
     its logits are centered the same way. Then each head's blank bias is bisected.
     """
     from decoders.transducer_greedy import GreedyConfig
-    from pipeline.models import AsrModel
+    from pipeline.nemo_model import AsrModel
     from pipeline.recognize import GreedyRecognizer, pad_waveforms
 
     model = AsrModel(nemo_model)

@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.nemo, pytest.mark.slow]
 REPOSITORY = Path(__file__).resolve().parents[2]
 BUCKET = "corpus"
 GOOD_ROWS = 205
-RESOURCES = ResourcesConfig(device="cpu", gpu_actors=1, cpu_actors=1, ctc_actors=1, window_rows=32, part_rows=16,
+RESOURCES = ResourcesConfig(device="cpu", asr_actors=1, audio_actors=1, writer_actors=1, window_rows=32, part_rows=16,
                             batch_audio_s=40.0, torch_threads=1)
 
 
@@ -122,7 +122,7 @@ def job_config(corpus, output, cache_dir, decoding=None):
 @pytest.fixture(scope="module")
 def expected(corpus, nemo_assets):
     """What decoding each good row's audio in-process gives: text and (word, start, end)."""
-    from pipeline.models import load_asr_model
+    from pipeline.nemo_model import load_asr_model
     from pipeline.recognize import recognize
 
     model = load_asr_model(str(nemo_assets["checkpoints"]["rnnt"]))
@@ -205,7 +205,7 @@ def test_a_driver_killed_mid_run_then_rerun_ends_with_every_row_once(ray_cluster
     output = f"s3://{BUCKET}/out/killed"
     command = [sys.executable, str(REPOSITORY / "jobs" / "transcribe.py"), "--manifest", *corpus["manifests"],
                "--output", output, "--model", corpus["model"], "--cache-dir", str(tmp_path / "cache"),
-               "--device", "cpu", "--cpu-actors", "1", "--window-rows", "32", "--part-rows", "16",
+               "--device", "cpu", "--audio-actors", "1", "--window-rows", "32", "--part-rows", "16",
                "--batch-audio-s", "40", "--torch-threads", "1", "--ray-address", ray_cluster]
     driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:

@@ -21,7 +21,8 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from pipeline.models import LayoutUnavailable, load_asr_model, read_model_layout
+from pipeline.nemo_file import LayoutUnavailable, read_model_layout
+from pipeline.nemo_model import load_asr_model
 from pipeline.recognize import transcript_of
 
 pytestmark = pytest.mark.nemo
@@ -65,7 +66,7 @@ def test_punctuation_and_text_match_nemos_tokenizer(tmp_path):
     from nemo.collections.asr.parts.utils.tokenizer_utils import extract_punctuation_from_vocab
     from nemo.collections.common.tokenizers.sentencepiece_tokenizer import SentencePieceTokenizer
 
-    from pipeline.models import SentencePieceText
+    from pipeline.nemo_file import SentencePieceText
 
     text = tmp_path / "text.txt"
     text.write_text("\n".join(["Hello, world! Is it you?", "It's 5 o'clock; time-to-go.", "fine, <unk> fine"]
@@ -112,9 +113,11 @@ import json, sys
 import pyarrow.feather
 from pipeline import stages
 from pipeline.config import DecodingConfig, ModelConfig
+from pipeline.decoding import plan_decoding
+from pipeline.nemo_file import read_model_facts
 decoded = pyarrow.feather.read_table(sys.argv[1])
-stages.FinishAndWrite(ModelConfig(uri=sys.argv[2]), DecodingConfig(strategy=sys.argv[4]), sys.argv[3],
-                      "test-model")(decoded)
+plan = plan_decoding(read_model_facts(sys.argv[2]), DecodingConfig(strategy=sys.argv[4]))
+stages.FinishAndWrite(ModelConfig(uri=sys.argv[2]), plan, sys.argv[3], "test-model")(decoded)
 print(json.dumps({"nemo_imported": any(m == "nemo" or m.startswith("nemo.") for m in sys.modules)}))
 """
 
@@ -126,16 +129,19 @@ def test_writer_stage_needs_no_nemo(nemo_assets, tmp_path, strategy):
 
     from pipeline import schema, sink, stages
     from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig
+    from pipeline.decoding import plan_decoding
     from pipeline.manifest import read_manifest
+    from pipeline.nemo_file import read_model_facts
 
     manifest = tmp_path / "manifest.json"
     manifest.write_text("".join(json.dumps({"audio_filepath": str(f), "duration": 9.0}) + "\n"
                                 for f in nemo_assets["files"]))
     rows = pa.Table.from_pylist(list(read_manifest(str(manifest))), schema=stages.INPUT_SCHEMA)
     model, decoding = ModelConfig(uri=str(nemo_assets["checkpoints"]["tdt_ctc"])), DecodingConfig(strategy=strategy)
+    plan = plan_decoding(read_model_facts(model.uri), decoding)
     audio = stages.LoadAudio(sample_rate=16000)(rows)
-    decoded = stages.TranscribeBatch(model, decoding, ResourcesConfig(), "cpu")(audio)
-    stages.FinishAndWrite(model, decoding, str(tmp_path / "loaded"), "test-model", load=stages.load_model)(decoded)
+    decoded = stages.TranscribeBatch(model, plan, ResourcesConfig())(audio)
+    stages.FinishAndWrite(model, plan, str(tmp_path / "loaded"), "test-model", load=stages.load_model)(decoded)
     pyarrow.feather.write_feather(decoded, tmp_path / "decoded.arrow")
     result = subprocess.run([sys.executable, "-c", WRITER_SCRIPT, str(tmp_path / "decoded.arrow"), model.uri,
                              str(tmp_path / "layout"), strategy], cwd=ROOT, capture_output=True, text=True,

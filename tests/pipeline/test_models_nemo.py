@@ -20,7 +20,7 @@ import hashlib
 import pytest
 import torch
 
-from pipeline.models import load_asr_model
+from pipeline.nemo_model import load_asr_model
 from tests.pipeline.nemo_peer import assert_same_as_nemo, nemo_transcribe
 
 pytestmark = pytest.mark.nemo

@@ -9,6 +9,7 @@ import torch
 from decoders.ctc import CtcGreedy
 from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias
 from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
+from pipeline.nemo_file import ModelFacts
 from pipeline.recognize import GreedyRecognizer, pad_waveforms, recognize
 from tests.decoders.test_timestamps import pieces_to_text
 
@@ -42,6 +43,8 @@ class FakeAsrModel:
 
     kind, sample_rate, frame_shift_s, max_symbols = "hybrid_tdt_ctc", 16000, 0.01, 10
     heads = ("transducer", "ctc")
+    facts = ModelFacts(kind=kind, durations=(0, 1, 2), sample_rate=sample_rate, max_symbols=max_symbols)
+    device = torch.device("cpu")
 
     def __init__(self) -> None:
         self.transducer = TinyTransducer(vocab_size=30, encoder_dim=16, durations=(0, 1, 2), seed=3)

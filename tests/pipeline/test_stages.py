@@ -15,14 +15,10 @@ import pytest
 
 from pipeline import schema, sink, stages
 from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig
+from pipeline.decoding import compact_ctc_log_probs, describe, plan_decoding
 from pipeline.manifest import read_manifest
-from pipeline.recognize import (
-    compact_ctc_log_probs,
-    ctc_beam_decoder,
-    pad_waveforms,
-    recognize,
-    transcript_of,
-)
+from pipeline.nemo_file import read_model_facts
+from pipeline.recognize import pad_waveforms, recognize, transcript_of
 
 pytestmark = pytest.mark.nemo
 
@@ -79,10 +75,14 @@ LOAD = load_once()
 SMALL_BUCKETS = ResourcesConfig(batch_audio_s=12.0)  # several buckets out of the 8 utterances
 
 
+def plan(model_config, decoding=DecodingConfig()):
+    return plan_decoding(read_model_facts(model_config.uri), decoding)
+
+
 def run_stages(rows_table, model_config, decoding, output, resources=SMALL_BUCKETS):
     audio = stages.LoadAudio(sample_rate=16000)(rows_table)
-    decoded = stages.TranscribeBatch(model_config, decoding, resources, "cpu", load=LOAD)(audio)
-    summary = stages.FinishAndWrite(model_config, decoding, str(output), "test-model")(decoded)
+    decoded = stages.TranscribeBatch(model_config, plan(model_config, decoding), resources, load=LOAD)(audio)
+    summary = stages.FinishAndWrite(model_config, plan(model_config, decoding), str(output), "test-model")(decoded)
     return audio, summary
 
 
@@ -105,11 +105,11 @@ def test_bad_rows_become_error_rows_naming_manifest_line_and_cause(rows, model_c
     assert by_line[6][schema.AUDIO_FILEPATH].endswith("/corrupt.wav") and "corrupt.wav" in by_line[6][schema.ERROR]
     ok = [r for r in table.to_pylist() if r[schema.STATUS] == schema.STATUS_OK]
     assert len(ok) == 8 and all(r[schema.ERROR] == "" and r[schema.TEXT] for r in ok)
-    assert summary.to_pylist()[0] | {"finish_s": 0, stages.COMMITTED_AT: 0} == {
-        stages.PART: sink.list_parts(str(tmp_path / "out"))[0].rsplit("/", 1)[-1], stages.ROWS: 15,
-        stages.ROWS_OK: 8, stages.ROWS_ERROR: 7, stages.AUDIO_S: pytest.approx(
-            sum(len(w) for w in audio.column(stages.SAMPLES).to_pylist()) / 16000),
-        stages.PADDED_S: summary.column(stages.PADDED_S)[0].as_py(), "finish_s": 0, stages.COMMITTED_AT: 0}
+    assert summary.to_pylist()[0] | {schema.FINISH_S: 0, schema.COMMITTED_AT: 0} == {
+        schema.PART: sink.list_parts(str(tmp_path / "out"))[0].rsplit("/", 1)[-1], schema.ROWS: 15,
+        schema.ROWS_OK: 8, schema.ROWS_ERROR: 7, schema.AUDIO_S: pytest.approx(
+            sum(len(w) for w in audio.column(schema.SAMPLES).to_pylist()) / 16000),
+        schema.PADDED_S: summary.column(schema.PADDED_S)[0].as_py(), schema.FINISH_S: 0, schema.COMMITTED_AT: 0}
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "ctc_greedy", "alsd"])
@@ -124,18 +124,16 @@ def test_good_rows_equal_decoding_each_utterance_in_process(rows, model_config, 
     for path, waveform in zip(nemo_assets["files"], nemo_assets["waveforms"]):
         row = results[str(path)]
         if strategy == "alsd":
-            from pipeline.recognize import build_decoder
-
-            decode, kind = build_decoder(model, decoding)
+            alsd = plan(model_config, decoding)
             audio, lengths = pad_waveforms([waveform])
-            h = decode(*model.encode(audio, lengths)).to_list()[0]
-            expected = transcript_of(model, kind, h.tokens, h.frame_indices, h.durations, h.score)
+            h = alsd.build_decoder(model)(*model.encode(audio, lengths)).to_list()[0]
+            expected = transcript_of(model, alsd.span_kind, h.tokens, h.frame_indices, h.durations, h.score)
         else:
             expected = recognize(model, [waveform], head=head)[0]
         assert row[schema.TEXT] == expected.text
         assert [(w["word"], w["start"], w["end"]) for w in row[schema.WORDS]] == [
             (w.text, w.start_s, w.end_s) for w in expected.words]
-        assert row[schema.DECODING] == decoding.describe() and row[schema.MODEL] == "test-model"
+        assert row[schema.DECODING] == describe(decoding) and row[schema.MODEL] == "test-model"
 
 
 def test_ctc_beam_runs_on_compact_log_probs_like_in_process(rows, model_config, nemo_assets, tmp_path):
@@ -143,12 +141,13 @@ def test_ctc_beam_runs_on_compact_log_probs_like_in_process(rows, model_config, 
     run_stages(rows, model_config, decoding, tmp_path / "out")
     results = {r[schema.AUDIO_FILEPATH]: r for r in sink.read_output(str(tmp_path / "out")).to_pylist()}
     model = LOAD(model_config, "cpu")
-    decode = ctc_beam_decoder(model, decoding)
+    ctc_beam = plan(model_config, decoding)
+    decode = ctc_beam.build_writer_search(model)
     collapsed_frames = 0
     for path, waveform in zip(nemo_assets["files"], nemo_assets["waveforms"]):
         audio, lengths = pad_waveforms([waveform])
         encoder_output, encoder_lengths = model.encode(audio, lengths)
-        compact = compact_ctc_log_probs(model, encoder_output, encoder_lengths, "weak")
+        compact = compact_ctc_log_probs(model, encoder_output, encoder_lengths, ctc_beam)
         collapsed_frames += int(encoder_lengths[0]) - len(compact[0][1])
         h = decode(compact)[0]
         expected = transcript_of(model, "ctc", h.tokens, h.frame_indices, None, h.score)
@@ -160,9 +159,9 @@ def test_ctc_beam_runs_on_compact_log_probs_like_in_process(rows, model_config, 
 
 def test_a_failing_bucket_is_retried_row_by_row(rows, model_config):
     audio = stages.LoadAudio(sample_rate=16000)(rows)
-    stage = stages.TranscribeBatch(model_config, DecodingConfig(), ResourcesConfig(batch_audio_s=1000), "cpu",
+    stage = stages.TranscribeBatch(model_config, plan(model_config), ResourcesConfig(batch_audio_s=1000),
                                    load=LOAD)
-    poisoned = len(audio.column(stages.SAMPLES)[0].as_py())
+    poisoned = len(audio.column(schema.SAMPLES)[0].as_py())
     original = stage._run
 
     def run(waveforms):  # one utterance (the first row's) breaks any batch it is in
@@ -176,7 +175,7 @@ def test_a_failing_bucket_is_retried_row_by_row(rows, model_config):
     assert statuses[0] == schema.STATUS_ERROR and "decoding failed (RuntimeError: CUDA error" in \
         decoded.column(schema.ERROR)[0].as_py()
     assert statuses.count(schema.STATUS_OK) == 7  # the other good rows of the same bucket still decoded
-    assert all(t is not None for t, s in zip(decoded.column(stages.TOKENS).to_pylist(), statuses) if s == "ok")
+    assert all(t is not None for t, s in zip(decoded.column(schema.TOKENS).to_pylist(), statuses) if s == "ok")
 
 
 def test_read_manifests_skips_committed_rows(rows, tmp_path):
@@ -192,10 +191,10 @@ def test_read_manifests_skips_committed_rows(rows, tmp_path):
 
 def test_padding_efficiency_is_reported_per_row(rows, model_config):
     audio = stages.LoadAudio(sample_rate=16000)(rows)
-    decoded = stages.TranscribeBatch(model_config, DecodingConfig(), ResourcesConfig(batch_audio_s=1000), "cpu",
+    decoded = stages.TranscribeBatch(model_config, plan(model_config), ResourcesConfig(batch_audio_s=1000),
                                      load=LOAD)(audio)
-    audio_s = np.array(decoded.column(stages.AUDIO_S).to_pylist())
-    padded = np.array(decoded.column(stages.PADDED_S).to_pylist())
+    audio_s = np.array(decoded.column(schema.AUDIO_S).to_pylist())
+    padded = np.array(decoded.column(schema.PADDED_S).to_pylist())
     ok = np.array(decoded.column(schema.STATUS).to_pylist()) == schema.STATUS_OK
     # one bucket: every row's share is the longest utterance
     assert padded[ok] == pytest.approx(np.full(ok.sum(), audio_s[ok].max()))
@@ -209,20 +208,20 @@ def test_padding_efficiency_is_reported_per_row(rows, model_config):
 ])
 def test_strategies_a_model_cannot_run_are_refused_on_the_driver(nemo_assets, kind, strategy, message):
     from pipeline.config import TranscribeJobConfig
-    from pipeline.graph import JobError, check_decoding_fits
-    from pipeline.models import read_nemo_config
+    from pipeline.graph import JobError, plan_job_decoding
 
     path = nemo_assets["checkpoints"][kind]
+    facts = read_model_facts(path)
     config = TranscribeJobConfig(model=ModelConfig(uri=str(path)), decoding=DecodingConfig(strategy=strategy))
     with pytest.raises(JobError, match=message):
-        check_decoding_fits(read_nemo_config(path), config)
-    check_decoding_fits(read_nemo_config(path), TranscribeJobConfig(model=ModelConfig(uri=str(path))))  # greedy fits
+        plan_job_decoding(facts, config, "cpu")
+    plan_job_decoding(facts, TranscribeJobConfig(model=ModelConfig(uri=str(path))), "cpu")  # greedy fits
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "ctc_beam"])
 def test_the_lm_is_fetched_once_and_fused_as_in_process(nemo_assets, rows, model_config, tmp_path, strategy):
     from decoders.ngram.build import build_lm
-    from pipeline.recognize import decode_in_process, load_language_model
+    from pipeline.decoding import decode_in_process, load_language_model
 
     tokenizer_dir = nemo_assets["checkpoints"]["tdt_ctc"].parent / "tokenizer"
     lm_path = tmp_path / "domain.lm"
@@ -232,7 +231,7 @@ def test_the_lm_is_fetched_once_and_fused_as_in_process(nemo_assets, rows, model
     results = {r[schema.AUDIO_FILEPATH]: r for r in sink.read_output(str(tmp_path / "out")).to_pylist()}
     model = LOAD(model_config, "cpu")
     vocab = model.ctc.vocab_size if strategy == "ctc_beam" else model.transducer.vocab_size
-    lm = load_language_model(decoding, vocab, str(tmp_path / "cache"))
+    lm = load_language_model(plan(model_config, decoding), vocab, str(tmp_path / "cache"))
     plain = DecodingConfig(strategy=strategy, ctc_collapse_threshold="weak")
     changed = 0
     for path, waveform in zip(nemo_assets["files"], nemo_assets["waveforms"]):
@@ -240,9 +239,9 @@ def test_the_lm_is_fetched_once_and_fused_as_in_process(nemo_assets, rows, model
         encoder_output, encoder_lengths = model.encode(audio, lengths)
         texts = []
         for config in (decoding, plain):  # the stages' output must equal decoding in one process
-            decode, kind = decode_in_process(model, config, lm)
-            h = decode(encoder_output, encoder_lengths)[0]
-            texts.append(transcript_of(model, kind, h.tokens, h.frame_indices, h.durations, h.score).text)
+            in_process = plan(model_config, config)
+            h = decode_in_process(model, in_process, lm)(encoder_output, encoder_lengths)[0]
+            texts.append(transcript_of(model, in_process.span_kind, h.tokens, h.frame_indices, h.durations, h.score).text)
         assert results[str(path)][schema.TEXT] == texts[0]
         changed += texts[0] != texts[1]
         assert "lm_weight=0.8" in results[str(path)][schema.DECODING]
