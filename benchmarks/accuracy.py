@@ -2,7 +2,7 @@
 
 The bundled demo model (`models/demo_hybrid_rnnt_ctc.nemo`, trained on general English) decodes the bundled
 domain sets (`samples/domain/`: banking and device commands, with contact names and phrasing that its training
-text lacks). A token-level LM is built from `samples/domain/lm_text.txt` with `python -m decoders.ngram.build`
+text lacks). A token-level LM is built from `samples/domain/lm_text.txt` with `python jobs/build_lm.py`
 (the model's own tokenizer, read from the `.nemo`); each strategy's LM weight is chosen on `dev.json`
 (50 utterances), with CTC beam search's insertion bonus (token LMs favour short outputs), and reported on
 `test.json` (100). "x greedy" is test WER relative to greedy decoding of the
@@ -41,7 +41,7 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
 from benchmarks._timing import machine  # noqa: E402
-from decoders.ngram.build import build_lm  # noqa: E402
+from jobs.build_lm import build_lm  # noqa: E402
 from decoders.ngram.lm import NgramLm  # noqa: E402
 from pipeline.config import BUNDLED_MODEL, BUNDLED_TDT_MODEL  # noqa: E402
 from pipeline.decoding import (  # noqa: E402

@@ -22,6 +22,7 @@ import math
 import torch
 from torch import Tensor
 
+from decoders.fusion import check_lm_device, check_lm_vocab_size, lm_for_fusion
 from decoders.hypotheses import BatchedHypotheses
 from decoders.protocols import LanguageModel
 
@@ -42,11 +43,6 @@ def check_ctc_inputs(log_probs: Tensor, lengths: Tensor, blank_id: int) -> None:
         low, high = int(lengths.min()), int(lengths.max())
         if low < 0 or high > log_probs.shape[1]:
             raise ValueError(f"lengths must lie in [0, T={log_probs.shape[1]}], got values in [{low}, {high}]")
-
-
-def check_lm(lm: LanguageModel, num_labels: int) -> None:
-    if lm.vocab_size != num_labels - 1:
-        raise ValueError(f"lm.vocab_size must be V - 1 = {num_labels - 1} (the non-blank labels), got {lm.vocab_size}")
 
 
 def lm_to_ctc_labels(lm_values: Tensor, blank_id: int, blank_value: float) -> Tensor:
@@ -117,23 +113,33 @@ class CtcGreedy:
     except blank and the previous frame's label by `log_probs + lm_weight * lm_scores`, emits the pick, and
     advances the LM state with it. The LM covers the non-blank labels: `lm.vocab_size == V - 1`, blank
     anywhere (NeMo puts it last, `blank_id == lm.vocab_size`; other positions renumber, see module docstring).
-    The LM is assumed to live on the device of `log_probs`.
+    With `lm_weight` 0 the LM is dropped when the decoder is built; a fused LM is moved to `device` then, once
+    (None: it stays where it is), and `log_probs` must come from that device.
     """
 
-    def __init__(self, blank_id: int, lm: LanguageModel | None = None, lm_weight: float = 0.0) -> None:
+    def __init__(
+        self,
+        blank_id: int,
+        lm: LanguageModel | None = None,
+        lm_weight: float = 0.0,
+        *,
+        device: torch.device | str | None = None,
+    ) -> None:
         if blank_id < 0:
             raise ValueError(f"blank_id must be >= 0, got {blank_id}")
         self.blank_id = blank_id
-        self.lm = lm
         self.lm_weight = float(lm_weight)
+        # the labels come with each input: lm.vocab_size is checked against them per call
+        self.lm = lm_for_fusion(lm, self.lm_weight, None, device)
 
     @torch.no_grad()
     def __call__(self, log_probs: Tensor, lengths: Tensor) -> BatchedHypotheses:
         """log_probs [B, T, V] (log-softmax output), lengths [B] -> the greedy hypothesis of each utterance."""
         check_ctc_inputs(log_probs, lengths, self.blank_id)
         lengths = lengths.to(device=log_probs.device, dtype=torch.long)
-        if self.lm is not None and self.lm_weight != 0.0:
-            check_lm(self.lm, log_probs.shape[2])
+        if self.lm is not None:
+            check_lm_vocab_size(self.lm, log_probs.shape[2] - 1)
+            check_lm_device(self.lm, log_probs.device, "log_probs")
             if log_probs.shape[2] > 1:  # with blank alone there is nothing to fuse
                 return self._decode_with_lm(log_probs, lengths)
         best_scores, labels = log_probs.max(dim=-1)  # [B, T]

@@ -25,8 +25,10 @@ the frames of whichever contribution is larger, so frames follow the most probab
 
 Labels are `0 .. V-1` with blank at `blank_id`; the LM covers the non-blank labels (`lm.vocab_size == V - 1`,
 renumbered without blank as in `decoders.ctc`; NeMo's layout puts blank last, `blank_id == lm.vocab_size`).
-The search calls only the `LanguageModel` protocol, except that an LM with `score_labels(states [N],
-labels [N, M]) -> (scores, next_states)` (as `NgramLm` has) is asked for just the M selected labels.
+With `lm_weight` 0 the LM is dropped when the search is built; a fused LM is moved to the search's `device`
+then, once, and inputs must come from that device. The search calls only the `LanguageModel` protocol,
+except that an LM with `score_labels(states [N], labels [N, M]) -> (scores, next_states)` (as `NgramLm` has)
+is asked for just the M selected labels.
 
 Frames past an utterance's end are replaced by certain blanks, which leave its beam unchanged, so the loop
 needs no per-utterance masks. The loop runs the same tensor ops on a GPU; host synchronizations happen once
@@ -46,7 +48,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from decoders.ctc import check_ctc_inputs, check_lm, collapse_blanks, ctc_to_lm_labels
+from decoders.ctc import check_ctc_inputs, collapse_blanks, ctc_to_lm_labels
+from decoders.fusion import check_lm_device, check_lm_vocab_size, lm_for_fusion
 from decoders.hypotheses import BatchedHypotheses
 from decoders.protocols import LanguageModel
 
@@ -104,12 +107,21 @@ def _torch_threads(threads: int | None, device: torch.device) -> Iterator[None]:
 class CtcBeamSearch:
     """Batched CTC prefix beam search with token-level LM fusion (see module docstring)."""
 
-    def __init__(self, blank_id: int, config: CtcBeamConfig = CtcBeamConfig(), lm: LanguageModel | None = None):
+    def __init__(
+        self,
+        blank_id: int,
+        config: CtcBeamConfig = CtcBeamConfig(),
+        lm: LanguageModel | None = None,
+        *,
+        device: torch.device | str | None = None,
+    ) -> None:
+        """`device`: where inputs will be, so where the LM is moved, once (None: the LM stays where it is)."""
         if blank_id < 0:
             raise ValueError(f"blank_id must be >= 0, got {blank_id}")
         self.blank_id = blank_id
         self.config = config
-        self.lm = lm
+        # None at lm_weight 0; the labels come with each input, so lm.vocab_size is checked per call
+        self.lm = lm_for_fusion(lm, config.lm_weight, None, device)
 
     @torch.no_grad()
     def __call__(self, log_probs: Tensor, lengths: Tensor, nbest: int = 1) -> BatchedHypotheses:
@@ -124,7 +136,8 @@ class CtcBeamSearch:
         if not 1 <= nbest <= self.config.beam_size:
             raise ValueError(f"nbest must lie in [1, beam_size={self.config.beam_size}], got {nbest}")
         if self.lm is not None:
-            check_lm(self.lm, log_probs.shape[2])
+            check_lm_vocab_size(self.lm, log_probs.shape[2] - 1)
+            check_lm_device(self.lm, log_probs.device, "log_probs")
         lengths = lengths.to(device=log_probs.device, dtype=torch.long)
         with _torch_threads(self.config.cpu_threads, log_probs.device):
             frame_map = None
@@ -140,7 +153,7 @@ class CtcBeamSearch:
         batch_size, max_time, num_labels = log_probs.shape
         beam = config.beam_size
         device, dtype = log_probs.device, log_probs.dtype
-        use_lm = self.lm is not None and config.lm_weight != 0.0 and num_labels > 1
+        use_lm = self.lm is not None and num_labels > 1
         lm_weight = config.lm_weight if use_lm else 0.0
         bonus = config.insertion_bonus
         minus_inf = float("-inf")
@@ -179,9 +192,7 @@ class CtcBeamSearch:
         valid = torch.zeros(batch_size, beam, dtype=torch.bool, device=device)
         valid[:, 0] = True
         lm_states = (
-            self.lm.initial_states(batch_size).to(device).unsqueeze(1).expand(batch_size, beam).contiguous()
-            if use_lm
-            else None
+            self.lm.initial_states(batch_size).unsqueeze(1).expand(batch_size, beam).contiguous() if use_lm else None
         )
         # per frame: each slot's source slot and appended label (-1: none)
         history_parents, history_labels = [], []

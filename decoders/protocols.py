@@ -1,7 +1,7 @@
 """The small interfaces decoders call: a transducer, a CTC model, a language model.
 
 Decoders see models only through these protocols, so the same decoder runs a NeMo checkpoint (through the
-adapter in `pipeline/models.py`), the tiny pure-torch transducer in `decoders/tiny_transducer.py`, or a
+adapter in `pipeline/nemo_model.py`), the tiny pure-torch transducer in `decoders/tiny_transducer.py`, or a
 table-driven fake in a test.
 
 Dims: B batch, T frames, D encoder features, H joint hidden, P prediction-network output,
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+import torch
 from torch import Tensor
 
 # A prediction-network state: a tuple of tensors whose batch dimension the model knows (for an LSTM,
@@ -78,9 +79,22 @@ class LanguageModel(Protocol):
     """A label-level language model over the non-blank labels `0 .. vocab_size - 1`, queried in batches.
 
     Scores are natural-log probabilities. States are integer ids (for an n-gram LM, the context node).
+    An LM lives on one device: its states and scores are tensors there, and it answers only states from there.
+    A decoder moves its LM once, when it is built (`decoders.fusion.lm_for_fusion`), and then refuses inputs
+    from another device rather than moving the LM on every call.
     """
 
     vocab_size: int
+
+    @property
+    def device(self) -> torch.device:
+        """Where the LM's tensors live, and so its states and scores."""
+        ...
+
+    def to(self, device: torch.device | str) -> LanguageModel:
+        """This LM on `device`: `self` if it is there already, else an LM with the same scores whose tensors
+        live there (`self` is left as it is)."""
+        ...
 
     def initial_states(self, batch_size: int) -> Tensor:
         """-> states [B] at the beginning of a sentence."""

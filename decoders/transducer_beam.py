@@ -33,7 +33,9 @@ LM fusion (`lm_weight` = alpha, an LM over the non-blank labels, natural-log sco
   label y gets `log p(y) + alpha * log(1 - p(blank)) + alpha * lm(y)`, with p(blank) clamped at 1 - 1e-2.
 - `pruning="early"`: candidates are the top-k by the model's log-probabilities, then scored with the LM;
   `pruning="late"`: the fused scores of the whole vocabulary are ranked.
-There is no end-of-sentence LM score (as in NeMo's transducer beam search).
+There is no end-of-sentence LM score (as in NeMo's transducer beam search). With `lm_weight` 0 the LM is
+dropped when the search is built (each formula above is then the model's log-probability), and a fused LM is
+moved to the search's `device` once, when it is built.
 
 Execution. Each search is a host loop (`_search`) over named pieces (`_pieces`), functions of a `_BeamState`
 whose tensors are allocated once and only ever written in place. A piece reads no tensor value on the host and
@@ -59,6 +61,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from decoders.fusion import check_lm_device, lm_for_fusion
 from decoders.hypotheses import NO_LABEL, BatchedHypotheses, BeamTree, extend_hashes
 from decoders.protocols import LanguageModel, PredictorState, TransducerModel
 from decoders.transducer_greedy import capture_cuda_graphs, check_encoder_inputs
@@ -144,7 +147,7 @@ class _BeamState:
         self.predictor_state: PredictorState = tuple(torch.empty_like(s) for s in predictor_state)
         self.initial_lm = None
         if lm is not None:
-            states = lm.initial_states(hypotheses).to(device)
+            states = lm.initial_states(hypotheses)
             self.initial_lm = (states, *lm.advance(states))  # states [B*K], scores and next states [B*K, V-1]
             self.lm_states, self.lm_scores, self.lm_next_states = (torch.empty_like(t) for t in self.initial_lm)
         self.active = torch.zeros(batch_size, beam_size, **boolean)
@@ -177,20 +180,26 @@ class _TransducerBeamSearch:
 
     supports_tdt = True
 
-    def __init__(self, model: TransducerModel, config: BeamSearchConfig, lm: LanguageModel | None = None) -> None:
+    def __init__(
+        self,
+        model: TransducerModel,
+        config: BeamSearchConfig,
+        lm: LanguageModel | None = None,
+        *,
+        device: torch.device | str | None = None,
+    ) -> None:
+        """`device`: where inputs will be, so where the LM is moved, once (None: the LM stays where it is)."""
         if model.blank_id != model.vocab_size:
             raise ValueError(
                 f"beam search needs blank last (blank_id == vocab_size), got blank_id={model.blank_id}"
                 f" with vocab_size={model.vocab_size}"
             )
-        if lm is not None and lm.vocab_size != model.vocab_size:
-            raise ValueError(f"lm.vocab_size must equal the model's vocab_size {model.vocab_size}, got {lm.vocab_size}")
         self.is_tdt = len(model.durations) > 0
         if self.is_tdt and not self.supports_tdt:
             raise ValueError(f"{type(self).__name__} supports RNN-T only, got a TDT model")
         self.model = model
         self.config = config
-        self.lm = lm
+        self.lm = lm_for_fusion(lm, config.lm_weight, model.vocab_size, device)  # None at lm_weight 0
         self.num_labels = model.vocab_size + 1
         self._graphs: _CudaGraphsRunner | None = None
 
@@ -199,9 +208,9 @@ class _TransducerBeamSearch:
         """encoder_output [B, T, D], encoder_lengths [B] -> the best hypothesis per utterance (all K in `.nbest`
         when the config asks for them). `scores` are the raw (fused) log-probabilities, not normalized."""
         check_encoder_inputs(encoder_output, encoder_lengths)
+        if self.lm is not None:
+            check_lm_device(self.lm, encoder_output.device, "encoder_output")
         encoder_lengths = encoder_lengths.to(device=encoder_output.device, dtype=torch.long)
-        if self.lm is not None and hasattr(self.lm, "to"):
-            self.lm = self.lm.to(encoder_output.device)  # an NgramLm moves once and is kept there
         if self.config.use_cuda_graphs and encoder_output.is_cuda and encoder_output.shape[0] > 0:
             if self._graphs is None:
                 self._graphs = _CudaGraphsRunner(self)

@@ -17,7 +17,8 @@ same label, since log-softmax shifts every label of a row by the same constant. 
 emitted labels; blanks and durations are untouched. `token_scores` stay the joint's log-probability of each
 emitted label, and `scores` add `lm_weight` times the LM log-probability of each emitted label (no
 end-of-sentence term, as in NeMo's transducer decoders). The LM needs `blank_id == vocab_size` (NeMo's
-layout), so that LM label i is model label i.
+layout), so that LM label i is model label i. With `lm_weight` 0 the LM is dropped when the decoder is built:
+the result is plain greedy's. The LM is moved to the decoder's `device` once, when it is built.
 
 Both follow NeMo's rules, so they give NeMo's `greedy_batch` tokens: blank is fed first; a blank moves
 `max(duration, 1)` frames (RNN-T: 1); a label stays on its frame (RNN-T) or moves `duration` frames (TDT, any
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from decoders.fusion import check_lm_device, lm_for_fusion
 from decoders.hypotheses import BatchedHypotheses
 from decoders.protocols import LanguageModel, PredictorState, TransducerModel
 
@@ -135,15 +137,13 @@ class LabelLoopingGreedy:
     """Label-looping greedy search for RNN-T and TDT, optionally with a WIND window (see module docstring)."""
 
     def __init__(self, model: TransducerModel, config: GreedyConfig = GreedyConfig(),
-                 lm: LanguageModel | None = None) -> None:
-        if lm is not None:
-            if lm.vocab_size != model.vocab_size:
-                raise ValueError(f"the LM's vocab_size {lm.vocab_size} must equal the model's {model.vocab_size}")
-            if model.blank_id != model.vocab_size:
-                raise ValueError(f"LM fusion needs blank_id == vocab_size (NeMo's layout), got {model.blank_id}")
+                 lm: LanguageModel | None = None, *, device: torch.device | str | None = None) -> None:
+        """`device`: where inputs will be, so where the LM is moved, once (None: the LM stays where it is)."""
+        if lm is not None and model.blank_id != model.vocab_size:
+            raise ValueError(f"LM fusion needs blank_id == vocab_size (NeMo's layout), got {model.blank_id}")
         self.model = model
         self.config = config
-        self.lm = lm
+        self.lm = lm_for_fusion(lm, config.lm_weight, model.vocab_size, device)  # None at lm_weight 0
         self.num_labels = model.vocab_size + 1
         self.is_tdt = len(model.durations) > 0
         self._durations_cache: dict[torch.device, Tensor] = {}
@@ -154,9 +154,9 @@ class LabelLoopingGreedy:
     def __call__(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
         """encoder_output [B, T, D], encoder_lengths [B] -> the greedy hypothesis of each utterance."""
         check_encoder_inputs(encoder_output, encoder_lengths)
+        if self.lm is not None:
+            check_lm_device(self.lm, encoder_output.device, "encoder_output")
         encoder_lengths = encoder_lengths.to(device=encoder_output.device, dtype=torch.long)
-        if self.lm is not None and hasattr(self.lm, "to"):
-            self.lm = self.lm.to(encoder_output.device)  # an NgramLm moves once and is kept there
         if self.config.use_cuda_graphs and encoder_output.is_cuda and encoder_output.shape[0] > 0:
             if self._graphs is None:
                 self._graphs = _CudaGraphsRunner(self)

@@ -3,7 +3,7 @@
 Token id `i` is written as the single character `chr(i + 100)`; `<s>`, `</s>` and `<unk>` keep their names
 and get the negative ids `BOS_ID`, `EOS_ID`, `UNK_ID`. Words are separated by ASCII spaces or tabs only:
 `str.split()` would also split on characters such as `chr(133)` (NEL) or `chr(160)`, which are tokens here.
-Probabilities and backoffs stay in log10, as written; `decoders/ngram/lm.py` converts to natural log.
+Probabilities and backoffs stay in log10, as written; `decoders/ngram/compile.py` converts to natural log.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def token_to_id(token: str) -> int:
     if len(token) != 1 or ord(token) < TOKEN_OFFSET:
         raise ValueError(
             f"token {token!r} is not a token-level symbol (one character chr(id + {TOKEN_OFFSET})): this looks like "
-            "a word-level ARPA; build a token-level LM with `python -m decoders.ngram.build`"
+            "a word-level ARPA; build a token-level LM with `python jobs/build_lm.py`"
         )
     return ord(token) - TOKEN_OFFSET
 

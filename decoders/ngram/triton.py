@@ -1,4 +1,4 @@
-"""Triton kernel for `NgramLm.advance`: the twin of `decoders.ngram.lm.advance_torch`, same signature.
+"""Triton kernel for `NgramLm.advance`: the twin of `decoders.ngram.tensors.advance_torch`, same signature.
 
 One program per (batch row, block of labels). The row's state is a scalar, so each level of the backoff
 walk reads one arc range `arc_offsets[s] .. arc_offsets[s + 1]` and binary-searches it for every label of the
@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from decoders.ngram.lm import NgramTensors
+from decoders.ngram.tensors import NgramTensors
 
 BLOCK_LABELS = 128
 

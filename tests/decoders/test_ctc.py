@@ -7,6 +7,8 @@ first-index tie-breaking is exercised).
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -179,8 +181,26 @@ def test_bad_inputs_are_named():
         decode(torch.zeros(2, 5, 3), torch.tensor([1.0, 2.0]))
     with pytest.raises(ValueError, match="blank_id"):
         CtcGreedy(3)(torch.zeros(2, 5, 3), torch.tensor([1, 2]))
-    with pytest.raises(ValueError, match="lm.vocab_size"):
+    with pytest.raises(ValueError, match=re.escape("lm.vocab_size must equal the model's 2 non-blank labels, got 3")):
         CtcGreedy(2, BigramLm.random(3), 1.0)(torch.zeros(2, 5, 3), torch.tensor([1, 2]))
+
+
+def test_the_lm_moves_once_when_built_and_inputs_from_elsewhere_are_refused():
+    """The meta device stands in for a GPU: the LM's tables really live there, and CPU inputs are refused."""
+    lm = BigramLm.random(4)
+    assert CtcGreedy(0, lm, 0.5, device="cpu").lm is lm  # already there: not copied
+    decode = CtcGreedy(0, lm, 0.5, device="meta")
+    assert decode.lm.device == torch.device("meta") and lm.device == torch.device("cpu")
+    with pytest.raises(ValueError, match="the LM is on meta but log_probs is on cpu"):
+        decode(emissions("peaky", 2, 5, 5, 0, seed=0), torch.tensor([5, 3]))
+
+
+def test_an_lm_at_weight_zero_gives_exactly_greedy_without_one():
+    log_probs = emissions("peaky", 6, 50, 17, 16, seed=5)
+    lengths = torch.tensor([50, 0, 1, 49, 20, 33])
+    zero = CtcGreedy(16, BigramLm.random(16), 0.0)
+    assert zero.lm is None  # dropped when built: no fusion code runs for nothing
+    assert zero(log_probs, lengths).to_list() == CtcGreedy(16)(log_probs, lengths).to_list()
 
 
 def test_empty_batch_and_empty_frames():

@@ -7,6 +7,7 @@ make exact score ties, where the batched top-k and the reference's sort may orde
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -211,8 +212,8 @@ def test_bad_inputs_and_config_are_named():
         decode(torch.zeros(2, 5, 3), torch.tensor([1, 6]))
     with pytest.raises(ValueError, match="nbest"):
         decode(torch.zeros(2, 5, 3), torch.tensor([1, 2]), nbest=4)
-    with pytest.raises(ValueError, match="lm.vocab_size"):
-        CtcBeamSearch(2, CtcBeamConfig(), BigramLm.random(5))(torch.zeros(2, 5, 3), torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match=re.escape("lm.vocab_size must equal the model's 2 non-blank labels, got 5")):
+        CtcBeamSearch(2, CtcBeamConfig(lm_weight=1.0), BigramLm.random(5))(torch.zeros(2, 5, 3), torch.tensor([1, 2]))
     for bad in (
         dict(beam_size=0),
         dict(beam_threshold=0.0),
@@ -223,6 +224,29 @@ def test_bad_inputs_and_config_are_named():
     ):
         with pytest.raises(ValueError, match=next(iter(bad))):
             CtcBeamConfig(**bad)
+
+
+def test_the_lm_moves_once_when_built_and_inputs_from_elsewhere_are_refused():
+    """The meta device stands in for a GPU: the LM's tables really live there, and CPU inputs are refused."""
+    lm, config = BigramLm.random(4), CtcBeamConfig(beam_size=3, lm_weight=0.5)
+    assert CtcBeamSearch(0, config, lm, device="cpu").lm is lm  # already there: not copied
+    decode = CtcBeamSearch(0, config, lm, device="meta")
+    assert decode.lm.device == torch.device("meta") and lm.device == torch.device("cpu")
+    with pytest.raises(ValueError, match="the LM is on meta but log_probs is on cpu"):
+        decode(emissions("peaky", 2, 5, 5, 0, seed=0), torch.tensor([5, 3]))
+
+
+@pytest.mark.parametrize("collapse_threshold", [None, 0.99])
+def test_an_lm_at_weight_zero_gives_exactly_the_search_without_one(collapse_threshold):
+    log_probs = emissions("peaky", 6, 40, 17, 16, seed=2)
+    lengths = torch.tensor([40, 0, 1, 39, 20, 33])
+    config = CtcBeamConfig(beam_size=4, lm_weight=0.0, insertion_bonus=0.5, collapse_threshold=collapse_threshold)
+    zero = CtcBeamSearch(16, config, BigramLm.random(16))
+    assert zero.lm is None  # dropped when built: no fusion code runs for nothing
+    plain = CtcBeamSearch(16, config)
+    listed = lambda hypotheses: [h if h.score > -math.inf else None for h in hypotheses.to_list()]  # noqa: E731
+    for nbest in (1, 4):
+        assert listed(zero(log_probs, lengths, nbest=nbest)) == listed(plain(log_probs, lengths, nbest=nbest))
 
 
 def test_empty_batch_and_empty_frames():
@@ -240,8 +264,7 @@ def test_gpu_equals_cpu():
     config = CtcBeamConfig(beam_size=8, lm_weight=0.5, beam_threshold=15.0, collapse_threshold=0.99)
     lm = BigramLm.random(128, seed=1, dtype=torch.float32)
     cpu = CtcBeamSearch(128, config, lm)(log_probs, lengths).to_list()
-    lm.scores, lm.final, lm.next_states = lm.scores.cuda(), lm.final.cuda(), lm.next_states.cuda()
-    gpu = CtcBeamSearch(128, config, lm)(log_probs.cuda(), lengths.cuda()).to_list()
+    gpu = CtcBeamSearch(128, config, lm, device="cuda")(log_probs.cuda(), lengths.cuda()).to_list()
     assert [h.tokens for h in gpu] == [h.tokens for h in cpu]
     assert [h.frame_indices for h in gpu] == [h.frame_indices for h in cpu]
     assert [h.score for h in gpu] == pytest.approx([h.score for h in cpu], abs=1e-3)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import re
 
 import pytest
 import torch
@@ -470,22 +471,44 @@ def test_bad_inputs_and_configs_are_named():
         WindBeamSearch(tiny_model("tdt01234"), BeamSearchConfig())
     with pytest.raises(ValueError, match="window_size"):
         BeamSearchConfig(window_size=0)
-    with pytest.raises(ValueError, match="vocab_size"):
-        AlsdBeamSearch(tiny_model("rnnt"), BeamSearchConfig(), BigramLm.random(VOCAB_SIZE + 1))
+
+
+@pytest.mark.parametrize("decoder_class", [AlsdBeamSearch, AesBeamSearch, WindBeamSearch])
+def test_the_lm_is_checked_and_moved_once_when_built(decoder_class):
+    """The meta device stands in for a GPU: the LM's tables really live there, and CPU inputs are refused."""
+    model, config = tiny_model("rnnt"), BeamSearchConfig(lm_weight=0.5)
+    message = f"lm.vocab_size must equal the model's {VOCAB_SIZE} non-blank labels, got {VOCAB_SIZE + 1}"
+    for lm_weight in (0.0, 0.5):  # an LM that does not fit is refused even where it would not be used
+        with pytest.raises(ValueError, match=re.escape(message)):
+            decoder_class(model, BeamSearchConfig(lm_weight=lm_weight), BigramLm.random(VOCAB_SIZE + 1))
+    lm = bigram_lm()
+    assert decoder_class(model, config, lm, device="cpu").lm is lm  # already there: not copied
+    decoder = decoder_class(model, config, lm, device="meta")
+    assert decoder.lm.device == torch.device("meta") and lm.device == torch.device("cpu")
+    encoder_output, lengths = random_inputs(2, 5, seed=0)
+    with pytest.raises(ValueError, match="the LM is on meta but encoder_output is on cpu"):
+        decoder(encoder_output, lengths)
+
+
+@pytest.mark.parametrize("decoder_class", [AlsdBeamSearch, AesBeamSearch, WindBeamSearch])
+@pytest.mark.parametrize("mode", FUSION_MODES)
+def test_an_lm_at_weight_zero_gives_exactly_the_search_without_one(decoder_class, mode):
+    pruning, scoring = mode
+    model = tiny_model("rnnt")
+    encoder_output, lengths = random_inputs(5, 20, seed=4, lengths=[20, 0, 1, 13, 20])
+    config = BeamSearchConfig(beam_size=4, pruning=pruning, blank_lm_scoring=scoring, return_nbest=True)
+    zero = decoder_class(model, config, bigram_lm())
+    assert zero.lm is None  # dropped when built: no fusion code runs for nothing
+    got, expected = zero(encoder_output, lengths), decoder_class(model, config)(encoder_output, lengths)
+    assert got.to_list() == expected.to_list()  # exactly: tokens, frames, token scores and totals
+    listed = lambda hypotheses: [h if h.score > -math.inf else None for h in hypotheses.nbest.to_list()]  # noqa: E731
+    assert listed(got) == listed(expected)  # empty slots (score -inf) hold anything
 
 
 def test_empty_batch():
     decoder = AlsdBeamSearch(tiny_model("tdt01234"), BeamSearchConfig(return_nbest=True))
     hypotheses = decoder(torch.zeros(0, 5, ENCODER_DIM, dtype=torch.double), torch.zeros(0, dtype=torch.long))
     assert hypotheses.to_list() == []
-
-
-def on_device(lm: BigramLm, device: str) -> BigramLm:
-    """The bigram LM with its tables on `device` (its `advance` would copy them there on every call, which a
-    CUDA graph cannot capture)."""
-    moved = copy.copy(lm)
-    moved.table, moved.next_states = lm.table.to(device), lm.next_states.to(device)
-    return moved
 
 
 @pytest.mark.gpu
@@ -499,5 +522,5 @@ def test_gpu_equals_cpu(kind, use_cuda_graphs):
     decoders = [AlsdBeamSearch, AesBeamSearch] + ([WindBeamSearch] if kind == "rnnt" else [])
     for decoder_class in decoders:
         on_cpu = decoder_class(model, config, bigram_lm())(encoder_output, lengths)
-        on_gpu = decoder_class(gpu_model, config, on_device(bigram_lm(), "cuda"))(encoder_output.cuda(), lengths.cuda())
+        on_gpu = decoder_class(gpu_model, config, bigram_lm(), device="cuda")(encoder_output.cuda(), lengths.cuda())
         assert_same_hypotheses(on_gpu, on_cpu)

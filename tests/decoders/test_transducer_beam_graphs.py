@@ -25,7 +25,6 @@ from tests.decoders.test_transducer_beam import (
     CheckedGraphPath,
     assert_same_hypotheses,
     bigram_lm,
-    on_device,
     random_inputs,
     tiny_model,
 )
@@ -103,13 +102,13 @@ def ngram(tmp_path_factory) -> NgramLm:
 @pytest.mark.parametrize("lm_kind", [None, "bigram", "ngram"])
 def test_cuda_graphs_equal_eager_on_gpu(kind, search, lm_kind, ngram):
     model = copy.deepcopy(tiny_model(kind)).cuda()
-    lm = {None: None, "bigram": on_device(bigram_lm(4), "cuda"), "ngram": ngram}[lm_kind]
+    lm = {None: None, "bigram": bigram_lm(4), "ngram": ngram}[lm_kind]
     for pruning, scoring in FUSION_MODES if lm_kind else FUSION_MODES[-1:]:
         settings = dict(
             beam_size=4, lm_weight=0.5, pruning=pruning, blank_lm_scoring=scoring, window_size=4, return_nbest=True
         )
-        graphs = SEARCHES[search](model, BeamSearchConfig(use_cuda_graphs=True, **settings), lm)
-        eager = SEARCHES[search](model, BeamSearchConfig(use_cuda_graphs=False, **settings), lm)
+        graphs = SEARCHES[search](model, BeamSearchConfig(use_cuda_graphs=True, **settings), lm, device="cuda")
+        eager = SEARCHES[search](model, BeamSearchConfig(use_cuda_graphs=False, **settings), lm, device="cuda")
         for batch_size, frames, seed in [(5, 30, 0), (3, 12, 1), (9, 80, 2), (2, 40, 3)]:
             encoder_output, lengths = random_inputs(batch_size, frames, seed)
             encoder_output, lengths = encoder_output.cuda(), lengths.cuda()

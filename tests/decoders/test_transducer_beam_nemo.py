@@ -35,7 +35,7 @@ def nemo_model(kind: str):
 
 
 def adapter(model):
-    from pipeline.models import NemoTransducer
+    from pipeline.nemo_model import NemoTransducer
 
     durations = list(model.cfg.model_defaults.get("tdt_durations", []) or [])
     return NemoTransducer(model.decoder, model.joint, durations)

@@ -7,9 +7,11 @@ reference exactly in tokens, frames and durations, for any WIND window.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import random
+import re
 
 import pytest
 import torch
@@ -39,15 +41,26 @@ class BigramTableLm:
         self.table = torch.log_softmax(logits, dim=-1).float()
         self.vocab_size = vocab_size
 
+    @property
+    def device(self) -> torch.device:
+        return self.table.device
+
+    def to(self, device: torch.device | str) -> BigramTableLm:
+        if torch.device(device) == self.device:
+            return self
+        moved = copy.copy(self)
+        moved.table = self.table.to(device)
+        return moved
+
     def initial_states(self, batch_size: int) -> torch.Tensor:
-        return torch.zeros(batch_size, dtype=torch.long)
+        return torch.zeros(batch_size, dtype=torch.long, device=self.device)
 
     def advance(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        next_states = torch.arange(1, self.vocab_size + 1).expand(states.shape[0], self.vocab_size)
+        next_states = torch.arange(1, self.vocab_size + 1, device=self.device).expand(states.shape[0], self.vocab_size)
         return self.table[states], next_states
 
     def final_scores(self, states: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(states.shape[0])
+        return torch.zeros(states.shape[0], device=self.device)
 
 
 @functools.cache
@@ -137,9 +150,13 @@ def test_zero_weight_gives_plain_greedy_tokens(kind):
     lengths = torch.tensor([40, 0, 1, 33, 17])
     plain = greedy_decode(model, encoder_output, lengths)
     fused = LabelLoopingGreedy(model, GreedyConfig(lm_weight=0.0), lm=BigramTableLm(VOCAB_SIZE, 3))
+    assert fused.lm is None  # dropped when built: no fusion code runs for nothing
     for got, expected in zip(fused(encoder_output, lengths).to_list(), plain):
         assert (got.tokens, got.frame_indices, got.durations) == (expected.tokens, expected.frame_indices,
                                                                   expected.durations)
+    # scores included, exactly
+    assert_same_hypotheses(fused(encoder_output, lengths).to_list(),
+                           LabelLoopingGreedy(model)(encoder_output, lengths).to_list(), score_tolerance=0.0)
 
 
 def test_a_strong_lm_changes_tokens_of_a_random_model():
@@ -201,8 +218,24 @@ def test_a_two_word_arpa_lm_flips_the_second_word(tmp_path, durations):
 
 
 def test_fusion_rejects_a_mismatched_lm():
-    with pytest.raises(ValueError, match="vocab_size"):
-        LabelLoopingGreedy(tiny_model("rnnt", "realistic"), lm=BigramTableLm(VOCAB_SIZE + 1, 0))
+    message = f"lm.vocab_size must equal the model's {VOCAB_SIZE} non-blank labels, got {VOCAB_SIZE + 1}"
+    for lm_weight in (0.0, 0.5):  # an LM that does not fit is refused even where it would not be used
+        with pytest.raises(ValueError, match=re.escape(message)):
+            LabelLoopingGreedy(tiny_model("rnnt", "realistic"), GreedyConfig(lm_weight=lm_weight),
+                               lm=BigramTableLm(VOCAB_SIZE + 1, 0))
+
+
+def test_the_lm_moves_once_when_built_and_inputs_from_elsewhere_are_refused():
+    """The meta device stands in for a GPU: the LM's tables really live there, and CPU inputs are refused."""
+    model, lm = tiny_model("rnnt", "realistic"), BigramTableLm(VOCAB_SIZE, 0)
+    config = GreedyConfig(lm_weight=0.5)
+    assert LabelLoopingGreedy(model, config, lm=lm, device="cpu").lm is lm  # already there: not copied
+    decoder = LabelLoopingGreedy(model, config, lm=lm, device="meta")
+    assert decoder.lm.device == torch.device("meta") and lm.device == torch.device("cpu")
+    with pytest.raises(ValueError, match="the LM is on meta but encoder_output is on cpu"):
+        decoder(torch.zeros(1, 3, ENCODER_DIM, dtype=torch.double), torch.tensor([3]))
+    with pytest.raises(ValueError, match="the LM is on meta but encoder_output is on cpu"):
+        LabelLoopingGreedy(model, config, lm=lm.to("meta"))(torch.zeros(1, 3, ENCODER_DIM), torch.tensor([3]))
 
 
 @pytest.mark.gpu
@@ -216,8 +249,8 @@ def test_fused_cuda_graphs_equal_eager_on_gpu(kind, window, arpa_dir):
     lm = ngram_lm(4, 1, arpa_dir)
     generator = torch.Generator().manual_seed(0)
     config = dict(window_size=window, lm_weight=0.7)
-    graphs = LabelLoopingGreedy(model, GreedyConfig(use_cuda_graphs=True, **config), lm=lm)
-    eager = LabelLoopingGreedy(model, GreedyConfig(use_cuda_graphs=False, **config), lm=lm)
+    graphs = LabelLoopingGreedy(model, GreedyConfig(use_cuda_graphs=True, **config), lm=lm, device="cuda")
+    eager = LabelLoopingGreedy(model, GreedyConfig(use_cuda_graphs=False, **config), lm=lm, device="cuda")
     for batch_size, frames in [(5, 40), (3, 100), (8, 30)]:
         encoder_output = torch.randn(batch_size, frames, ENCODER_DIM, generator=generator).cuda()
         lengths = torch.randint(0, frames + 1, (batch_size,), generator=generator).cuda()

@@ -40,8 +40,19 @@ class BigramLm:
         log_probs = torch.log_softmax(logits, dim=-1)
         return cls(log_probs[:, :vocab_size].contiguous(), log_probs[:, vocab_size].contiguous())
 
+    @property
+    def device(self) -> torch.device:
+        return self.scores.device
+
+    def to(self, device: torch.device | str) -> BigramLm:
+        if torch.device(device) == self.device:
+            return self
+        moved = BigramLm(self.scores.to(device), self.final.to(device))
+        moved.next_states = self.next_states.to(device)
+        return moved
+
     def initial_states(self, batch_size: int) -> Tensor:
-        return torch.zeros(batch_size, dtype=torch.long)
+        return torch.zeros(batch_size, dtype=torch.long, device=self.device)
 
     def advance(self, states: Tensor) -> tuple[Tensor, Tensor]:
         return self.scores[states], self.next_states[states]
@@ -67,6 +78,14 @@ class AdvanceOnly:
     def __init__(self, lm) -> None:
         self.lm = lm
         self.vocab_size = lm.vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm.device
+
+    def to(self, device: torch.device | str) -> AdvanceOnly:
+        moved = self.lm.to(device)
+        return self if moved is self.lm else AdvanceOnly(moved)
 
     def initial_states(self, batch_size: int) -> Tensor:
         return self.lm.initial_states(batch_size)

@@ -1,10 +1,13 @@
 """A table-driven bigram `LanguageModel` for tests, used until (and beside) the real n-gram LM.
 
 State s is the previous label plus one (0 = beginning of sentence); `table[s]` holds the log-probabilities
-of the V next labels followed by the end of sentence. Every label leads to the state of that label.
+of the V next labels followed by the end of sentence. Every label leads to the state of that label. Like a
+real LM it lives on one device (`device`, `to`) and answers only states from there.
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 from torch import Tensor
@@ -26,15 +29,25 @@ class BigramLm:
         logits = torch.randn(vocab_size + 1, vocab_size + 1, generator=generator, dtype=torch.double) * sharpness
         return cls(torch.log_softmax(logits, dim=-1))
 
+    @property
+    def device(self) -> torch.device:
+        return self.table.device
+
+    def to(self, device: torch.device | str) -> BigramLm:
+        if torch.device(device) == self.device:
+            return self
+        moved = copy.copy(self)
+        moved.table, moved.next_states = self.table.to(device), self.next_states.to(device)
+        return moved
+
     def initial_states(self, batch_size: int) -> Tensor:
-        return torch.zeros(batch_size, dtype=torch.long)
+        return torch.zeros(batch_size, dtype=torch.long, device=self.device)
 
     def advance(self, states: Tensor) -> tuple[Tensor, Tensor]:
-        table = self.table.to(states.device)
-        return table[states, : self.vocab_size], self.next_states.to(states.device)[states]
+        return self.table[states, : self.vocab_size], self.next_states[states]
 
     def final_scores(self, states: Tensor) -> Tensor:
-        return self.table.to(states.device)[states, self.vocab_size]
+        return self.table[states, self.vocab_size]
 
     def score(self, tokens: list[int]) -> float:
         """log P(tokens) without the end of sentence: the sum of bigram scores (for obvious checks)."""

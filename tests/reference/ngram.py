@@ -3,27 +3,13 @@
 p(w | h) = p_arpa(h w) if `h w` is listed, else backoff(h) + p(w | h[1:]), with backoff 0 for a context that
 is not listed; a label the ARPA file does not list scores as `<unk>` (log10 -100 if there is none, as KenLM).
 The history is the whole sentence so far, cut to the last N - 1 tokens. Tokens are `chr(id + 100)`.
-Scores are natural logs.
+Scores are natural logs. It shares no code with `decoders.ngram`: it knows words and a dict, not states or arcs.
 """
 
 from __future__ import annotations
 
 import gzip
 import math
-
-import numpy as np
-import torch
-
-from decoders.ngram.arpa import (
-    BOS_ID,
-    EOS_ID,
-    KENLM_MISSING_UNK_LOG10,
-    UNK_ID,
-    ArpaFormatError,
-    ArpaModel,
-    add_missing_prefixes,
-)
-from decoders.ngram.lm import BOS_STATE, EMPTY_STATE, NgramTensors
 
 LN10 = math.log(10.0)
 
@@ -48,6 +34,7 @@ class DictNgramLm:
         self.max_order = max(len(key) for key in self.entries)
         unk = self.entries.get(("<unk>",))
         self.unk_log10 = unk[0] if unk is not None else -100.0
+        self._known_contexts: set[tuple[str, ...]] | None = None
 
     def _word(self, word: str) -> str:
         return word if (word,) in self.entries else "<unk>"
@@ -82,114 +69,32 @@ class DictNgramLm:
         history = (("<s>",) if bos else ()) + tuple(chr(t + 100) for t in token_ids)
         return [self.log10_prob(history, chr(label + 100)) * LN10 for label in range(vocab_size)]
 
+    def end_score(self, token_ids: list[int], bos: bool = True) -> float:
+        """Natural-log probability of `</s>` after the sequence."""
+        history = (("<s>",) if bos else ()) + tuple(chr(t + 100) for t in token_ids)
+        return self.log10_prob(history, "</s>") * LN10
 
-def reference_tensors_from_arpa(arpa: ArpaModel, vocab_size: int) -> NgramTensors:
-    """`decoders.ngram.lm.tensors_from_arpa` written n-gram by n-gram over a dict: its oracle (bit-identical)."""
-    if vocab_size < 1:
-        raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
-    max_order = arpa.max_order
-    entries: dict[tuple[int, ...], tuple[float, float]] = {}  # log10 prob, log10 backoff
-    for order_index in range(max_order):
-        rows = arpa.tokens[order_index].tolist()
-        probs = arpa.log10_probs[order_index].tolist()
-        backoffs = arpa.log10_backoffs[order_index].tolist()
-        for row, prob, backoff in zip(rows, probs, backoffs):
-            key = tuple(row)
-            if key in entries:
-                raise ArpaFormatError(f"duplicate {len(key)}-gram {key}")
-            entries[key] = (prob, backoff)
-    unigram_tokens = {key[0] for key in entries if len(key) == 1}
-    for key in entries:
-        for token in key:
-            if token >= vocab_size:
-                raise ArpaFormatError(f"token id {token} in n-gram {key} is outside the vocabulary "
-                                      f"(vocab_size={vocab_size})")
-            if len(key) > 1 and token not in unigram_tokens:
-                raise ArpaFormatError(f"token id {token} in n-gram {key} has no unigram entry")
-    if (BOS_ID,) not in entries:
-        entries[(BOS_ID,)] = (-99.0, 0.0)
-    unk_log10 = entries[(UNK_ID,)][0] if (UNK_ID,) in entries else KENLM_MISSING_UNK_LOG10
+    def lists(self, label: int) -> bool:
+        """Whether the file has a unigram for the label (else the label reads as `<unk>`)."""
+        return (chr(label + 100),) in self.entries
 
-    add_missing_prefixes(entries, unk_log10)
+    def contexts(self) -> list[tuple[str, ...]]:
+        """The histories an LM must tell apart, as words: the empty one, `<s>`, and, below order N, every listed
+        n-gram and every proper prefix of one (pruning may have dropped the prefix's own entry); none holds
+        `</s>`, after which nothing is asked. Shortest first."""
+        found = {(), ("<s>",)}
+        if self.max_order > 1:
+            for key in self.entries:
+                found.update(key[:end] for end in range(1, min(len(key) + 1, self.max_order)))
+        return sorted((key for key in found if "</s>" not in key), key=lambda key: (len(key), key))
 
-    # states: the empty context, <s>, then every other listed context of order < N
-    state_ids: dict[tuple[int, ...], int] = {(): EMPTY_STATE, (BOS_ID,): BOS_STATE}
-    for key in sorted((k for k in entries if len(k) < max_order and EOS_ID not in k), key=lambda k: (len(k), k)):
-        state_ids.setdefault(key, len(state_ids))
-    num_states = len(state_ids)
-
-    def suffix_state(key: tuple[int, ...], start: int) -> int:
-        for offset in range(start, len(key)):
-            state = state_ids.get(key[offset:])
-            if state is not None:
-                return state
-        return EMPTY_STATE
-
-    unknown_labels = [label for label in range(vocab_size) if label not in unigram_tokens]
-    arc_sources: list[int] = []
-    arc_labels: list[int] = []
-    arc_log10: list[float] = []
-    arc_targets: list[int] = []
-    eos_log10: dict[int, float] = {}
-    for key, (prob, _) in entries.items():
-        context, token = key[:-1], key[-1]
-        source = state_ids.get(context)
-        if source is None or token == BOS_ID:
-            continue  # a context that cannot occur (after </s>), or <s> in the middle: never queried
-        if token == EOS_ID:
-            eos_log10[source] = prob
-            continue
-        target = suffix_state(key, 0)
-        labels = unknown_labels if token == UNK_ID else [token]
-        for label in labels:
-            arc_sources.append(source)
-            arc_labels.append(label)
-            arc_log10.append(prob)
-            arc_targets.append(target)
-    if (UNK_ID,) not in entries:
-        for label in unknown_labels:
-            arc_sources.append(EMPTY_STATE)
-            arc_labels.append(label)
-            arc_log10.append(unk_log10)
-            arc_targets.append(EMPTY_STATE)
-
-    backoff_targets = np.zeros(num_states, dtype=np.int64)
-    backoff_log10 = np.zeros(num_states, dtype=np.float64)
-    final_log10 = np.zeros(num_states, dtype=np.float64)
-    for key, state in sorted(state_ids.items(), key=lambda item: len(item[0])):  # shorter contexts first
-        if not key:
-            final_log10[state] = eos_log10.get(state, entries.get((EOS_ID,), (unk_log10, 0.0))[0])
-            continue
-        backoff_targets[state] = suffix_state(key, 1)
-        backoff_log10[state] = entries[key][1]
-        if state in eos_log10:
-            final_log10[state] = eos_log10[state]
-        else:
-            final_log10[state] = backoff_log10[state] + final_log10[backoff_targets[state]]
-
-    sources = np.array(arc_sources, dtype=np.int64)
-    keys = sources * vocab_size + np.array(arc_labels, dtype=np.int64)
-    order = np.argsort(keys, kind="stable")
-    keys = keys[order]
-    if len(keys) > 1 and bool(np.any(keys[1:] == keys[:-1])):
-        duplicate = int(keys[1:][keys[1:] == keys[:-1]][0])
-        raise ArpaFormatError(f"two n-grams give state {duplicate // vocab_size} the label {duplicate % vocab_size}")
-    sources = sources[order]
-    offsets = np.searchsorted(sources, np.arange(num_states + 1), side="left").astype(np.int64)
-    root_arcs = int(offsets[1] - offsets[0])
-    if root_arcs != vocab_size:
-        raise AssertionError(f"the empty context must own {vocab_size} arcs, got {root_arcs}")
-    arc_counts = np.diff(offsets)
-    max_state_arcs = int(arc_counts[1:].max()) if num_states > 1 else 0
-    return NgramTensors(
-        arc_offsets=torch.from_numpy(offsets),
-        arc_keys=torch.from_numpy(keys),
-        arc_weights=torch.from_numpy((np.array(arc_log10, dtype=np.float64)[order] * LN10).astype(np.float32)),
-        arc_targets=torch.from_numpy(np.array(arc_targets, dtype=np.int32)[order]),
-        backoff_targets=torch.from_numpy(backoff_targets),
-        backoff_weights=torch.from_numpy((backoff_log10 * LN10).astype(np.float32)),
-        final_weights=torch.from_numpy((final_log10 * LN10).astype(np.float32)),
-        vocab_size=vocab_size,
-        max_order=max_order,
-        max_state_arcs=max_state_arcs,
-    )
+    def context_after(self, context: tuple[str, ...], label: int) -> tuple[str, ...]:
+        """The context that `context` then `label` leaves: the longest suffix of the two, shorter than N, that
+        is one of `contexts()` (words, `<unk>` for a label the file does not list)."""
+        if self._known_contexts is None:
+            self._known_contexts = set(self.contexts())
+        history = context + (self._word(chr(label + 100)),)
+        for start in range(max(0, len(history) - self.max_order + 1), len(history) + 1):
+            if history[start:] in self._known_contexts:
+                return history[start:]
+        return ()

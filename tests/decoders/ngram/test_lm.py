@@ -25,17 +25,11 @@ from decoders.ngram.arpa import (
     read_arpa,
     write_arpa,
 )
-from decoders.ngram.lm import (
-    BOS_STATE,
-    NgramFileError,
-    NgramLm,
-    advance_torch,
-    scatter_arcs_torch,
-    tensors_from_arpa,
-    walk_torch,
-)
+from decoders.ngram.binary import NgramFileError
+from decoders.ngram.lm import NgramLm
+from decoders.ngram.tensors import BOS_STATE, advance_torch, scatter_arcs_torch, walk_torch
 from tests.decoders.ngram.arpa_factory import random_ngrams, random_token_sequences
-from tests.reference.ngram import DictNgramLm, reference_tensors_from_arpa
+from tests.reference.ngram import DictNgramLm
 
 LN10 = math.log(10.0)
 ORDERS = range(2, 11)
@@ -63,9 +57,13 @@ def padded(sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     return tokens, torch.tensor([len(s) for s in sequences])
 
 
-def states_after(lm: NgramLm, sequences: list[list[int]]) -> torch.Tensor:
-    """The LM state after each sequence (from <s>), by following advance's next states."""
+def states_after(lm: NgramLm, sequences: list[list[int]], bos: list[bool] | None = None) -> torch.Tensor:
+    """The LM state after each sequence (from <s>, or where `bos` says from the empty context), by following
+    advance's next states."""
     states = lm.initial_states(len(sequences))
+    if bos is not None:
+        starts_empty = ~torch.tensor(bos, dtype=torch.bool)
+        states = torch.where(starts_empty, lm.initial_states(len(sequences), bos=False), states)
     for position in range(max([len(s) for s in sequences] + [0])):
         _, next_states = lm.advance(states)
         for row, sequence in enumerate(sequences):
@@ -99,15 +97,47 @@ TENSOR_NAMES = ("arc_offsets", "arc_keys", "arc_weights", "arc_targets", "backof
                 "final_weights")
 
 
+def labels_into(reference: DictNgramLm, context: tuple[str, ...], vocab_size: int) -> tuple[bool, list[int]] | None:
+    """A context of the reference (words) as (starts with <s>, the labels that lead there), or None where no
+    label sequence leads there (a `<unk>` context when the file lists every label)."""
+    unlisted = [label for label in range(vocab_size) if not reference.lists(label)]
+    bos = context[:1] == ("<s>",)
+    labels = []
+    for word in context[1:] if bos else context:
+        if word == "<unk>" and unlisted:
+            labels.append(unlisted[0])
+        elif len(word) == 1 and 0 <= ord(word) - 100 < vocab_size:
+            labels.append(ord(word) - 100)
+        else:
+            return None
+    return bos, labels
+
+
 @pytest.mark.parametrize("order", range(1, 11))
-def test_vectorized_build_equals_the_dict_build(tmp_path, order):
+def test_every_context_is_one_state_that_scores_as_the_reference(tmp_path, order):
+    """The compiled LM has one state per context the file implies, reached through advance alone; each scores
+    every label and `</s>` as the dict reference does after that context, and each label leads to the state of
+    the context the reference says it leaves. Covers states and arcs no random sentence reaches."""
     for drop_prefixes, with_unk in [(0.0, True), (0.4, False), (0.4, True)]:
         path, vocab_size, _ = random_case(tmp_path, 13, order, drop_prefixes, with_unk=with_unk)
-        arpa = read_arpa(path)
-        got, expected = tensors_from_arpa(arpa, vocab_size), reference_tensors_from_arpa(arpa, vocab_size)
-        for name in TENSOR_NAMES:
-            assert torch.equal(getattr(got, name), getattr(expected, name)), (name, drop_prefixes, with_unk)
-        assert (got.max_state_arcs, got.max_order) == (expected.max_state_arcs, expected.max_order)
+        lm, reference = NgramLm.from_arpa(path, vocab_size), DictNgramLm(str(path))
+        contexts = reference.contexts()
+        assert (lm.max_order, lm.tensors.num_states) == (reference.max_order, len(contexts)), (drop_prefixes, with_unk)
+        reachable = {context: labels_into(reference, context, vocab_size) for context in contexts}
+        reachable = {context: found for context, found in reachable.items() if found is not None}
+        states = states_after(lm, [labels for _, labels in reachable.values()],
+                              bos=[bos for bos, _ in reachable.values()])
+        state_of = dict(zip(reachable, states.tolist()))
+        assert len(set(state_of.values())) == len(reachable)  # distinct contexts are distinct states
+        scores, next_states = lm.advance(states)
+        final_scores = lm.final_scores(states)
+        for row, (context, (bos, labels)) in enumerate(reachable.items()):
+            expected = reference.next_scores(labels, vocab_size, bos=bos)
+            assert scores[row].tolist() == pytest.approx(expected, abs=1e-4, rel=1e-6), context
+            assert float(final_scores[row]) == pytest.approx(reference.end_score(labels, bos=bos), abs=1e-4,
+                                                             rel=1e-6), context
+            expected_next = [state_of[reference.context_after(context, label)] for label in range(vocab_size)]
+            assert next_states[row].tolist() == expected_next, context
 
 
 def test_structure_invariants(tmp_path):
@@ -121,6 +151,7 @@ def test_structure_invariants(tmp_path):
     assert torch.equal(offsets, torch.searchsorted(sources, torch.arange(tensors.num_states + 1)))
     assert int(tensors.backoff_targets[0]) == 0 and float(tensors.backoff_weights[0]) == 0.0
     assert bool((tensors.arc_targets >= 0).all()) and bool((tensors.arc_targets < tensors.num_states).all())
+    assert tensors.max_state_arcs == int(torch.diff(offsets)[1:].max())  # bounds the Triton kernel's search
 
 
 # --- against KenLM ---------------------------------------------------------------------------------------------
@@ -206,7 +237,8 @@ def test_triton_equals_torch_under_interpreter(tmp_path):
 import os, sys
 os.environ["TRITON_INTERPRET"] = "1"
 import torch
-from decoders.ngram.lm import NgramLm, advance_torch
+from decoders.ngram.lm import NgramLm
+from decoders.ngram.tensors import advance_torch
 from decoders.ngram.triton import advance_triton
 lm = NgramLm.from_arpa({str(path)!r}, {vocab_size})
 generator = torch.Generator().manual_seed(0)

@@ -1,8 +1,8 @@
 """Build a token-level n-gram LM from word-level domain text: text -> SentencePiece tokens -> ARPA -> binary.
 
-    python -m decoders.ngram.build --tokenizer tokenizer.model --text domain.txt --output domain.lm
-    python -m decoders.ngram.build --tokenizer model.nemo --text domain.txt --output domain.lm
-    python -m decoders.ngram.build --tokenizer tokenizer.model --text a.txt b.txt.gz --order 8 \\
+    python jobs/build_lm.py --tokenizer tokenizer.model --text domain.txt --output domain.lm
+    python jobs/build_lm.py --tokenizer model.nemo --text domain.txt --output domain.lm
+    python jobs/build_lm.py --tokenizer tokenizer.model --text a.txt b.txt.gz --order 8 \\
         --heldout dev.txt --arpa domain.arpa --tool varikn --output domain.lm
 
 Each line of text is a sentence. Tokens are written in NeMo's convention (token id i as `chr(i + 100)`).
@@ -10,7 +10,7 @@ The ARPA file comes from KenLM's `lmplz` (modified Kneser-Ney, `--discount_fallb
 when it is on PATH, else from `varikn` (pip; Kneser-Ney with growing and pruning). Either output is
 normalized into an ARPA file that strict loaders (KenLM) accept: tab-separated, `<unk>` listed, and every
 context that pruning dropped restored with its probability derived through backoff. The binary (see
-`decoders/ngram/lm.py`) is what decoders load. Reports n-gram counts and perplexity on held-out text
+`decoders/ngram/binary.py`) is what decoders load. Reports n-gram counts and perplexity on held-out text
 (`--heldout`, or every 20th line of the text with `--heldout-every 20`, held out of training).
 """
 
@@ -31,7 +31,10 @@ from pathlib import Path
 
 import torch
 
-from decoders.ngram.arpa import (
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from decoders.ngram.arpa import (  # noqa: E402
     KENLM_MISSING_UNK_LOG10,
     TOKEN_OFFSET,
     UNK_ID,
@@ -40,7 +43,8 @@ from decoders.ngram.arpa import (
     read_arpa,
     write_arpa,
 )
-from decoders.ngram.lm import NgramLm
+from decoders.ngram.lm import NgramLm  # noqa: E402
+from pipeline.nemo_file import sentencepiece_model  # noqa: E402
 
 MAX_ORDER = 10
 VARIKN_UNK = "<UNK>"  # varikn's spelling; ARPA readers (KenLM, ours) expect <unk>
@@ -73,29 +77,13 @@ def iter_sentences(paths: Sequence[str | Path]) -> Iterator[str]:
                     yield line
 
 
-def read_sentencepiece_model(path: str | Path) -> bytes:
-    """A SentencePiece model file, or the one a NeMo `.nemo` archive bundles (`<hash>_tokenizer.model`), as bytes."""
-    if not str(path).endswith(".nemo"):
-        return Path(path).read_bytes()
-    import tarfile
-
-    with tarfile.open(path, "r:*") as archive:
-        members = [m for m in archive.getmembers() if m.isfile() and m.name.endswith("tokenizer.model")]
-        if len(members) != 1:
-            raise ValueError(f"{path}: expected one SentencePiece tokenizer.model inside, found {len(members)} "
-                             "(pass the tokenizer.model of the head the LM is for)")
-        handle = archive.extractfile(members[0])
-        assert handle is not None
-        return handle.read()
-
-
 class Tokenizer:
     """A SentencePiece model: sentence -> token ids, and ids -> NeMo's token characters."""
 
     def __init__(self, model_path: str | Path) -> None:
         import sentencepiece
 
-        self.processor = sentencepiece.SentencePieceProcessor(model_proto=read_sentencepiece_model(model_path))
+        self.processor = sentencepiece.SentencePieceProcessor(model_proto=sentencepiece_model(model_path))
         self.vocab_size = self.processor.get_piece_size()
 
     def encode(self, sentence: str) -> list[int]:

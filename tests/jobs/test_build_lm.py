@@ -52,7 +52,7 @@ def reference_perplexity(arpa_path, tokenizer_path, heldout_path) -> float:
 
 @pytest.mark.parametrize("tool", ["varikn", "lmplz"])
 def test_build_from_text(domain, tool):
-    from decoders.ngram.build import build_lm, format_report
+    from jobs.build_lm import build_lm, format_report
 
     if tool == "varikn":
         pytest.importorskip("varikn")
@@ -76,7 +76,7 @@ def test_build_from_text(domain, tool):
 
 def test_command_line_prints_json(domain, capsys):
     pytest.importorskip("varikn")
-    from decoders.ngram.build import main
+    from jobs.build_lm import main
 
     folder, text, _, tokenizer = domain
     output = folder / "new" / "folder" / "cli.lm"  # folders that do not exist yet are made
@@ -90,7 +90,7 @@ def test_command_line_prints_json(domain, capsys):
 def test_normalize_restores_pruned_contexts_and_unk(tmp_path):
     """A varikn-style file (spaces, <UNK>, dropped contexts) becomes one KenLM's probing loader accepts,
     with every probability unchanged."""
-    from decoders.ngram.build import normalize_arpa
+    from jobs.build_lm import normalize_arpa
 
     rng = random.Random(4)
     ngrams = random_ngrams(rng, 5, 12, ngrams_per_order=60, drop_prefixes=0.4)
@@ -117,7 +117,7 @@ def test_normalize_restores_pruned_contexts_and_unk(tmp_path):
 
 
 def test_bad_arguments():
-    from decoders.ngram.build import build_lm
+    from jobs.build_lm import build_lm
 
     with pytest.raises(ValueError, match="order"):
         build_lm(["x"], "y", "z", order=11)
@@ -128,18 +128,22 @@ def test_bad_arguments():
 def test_tokenizer_is_read_from_a_nemo_archive(domain, tmp_path):
     import tarfile
 
-    from decoders.ngram.build import Tokenizer
+    from jobs.build_lm import Tokenizer
 
     _, _, _, tokenizer = domain
     archive = tmp_path / "model.nemo"
+    config = tmp_path / "model_config.yaml"  # the config names the tokenizer file the archive bundles
+    config.write_text("tokenizer: {type: bpe, model_path: 'nemo:1f2e3d_tokenizer.model'}\n")
     with tarfile.open(archive, "w") as tar:  # NeMo's layout: the config, weights and `<hash>_tokenizer.model`
+        tar.add(config, arcname="./model_config.yaml")
         tar.add(tokenizer, arcname="./1f2e3d_tokenizer.model")
         tar.add(tokenizer.with_suffix(".vocab"), arcname="./1f2e3d_tokenizer.vocab")
     sentence = "carol lends dave twenty dollars"
     assert Tokenizer(archive).encode(sentence) == Tokenizer(tokenizer).encode(sentence)
     assert Tokenizer(archive).vocab_size == 60
     empty = tmp_path / "no_tokenizer.nemo"
-    with tarfile.open(empty, "w") as tar:
+    with tarfile.open(empty, "w") as tar:  # the config names a tokenizer file the archive lacks
+        tar.add(config, arcname="./model_config.yaml")
         tar.add(tokenizer.with_suffix(".vocab"), arcname="./1f2e3d_tokenizer.vocab")
-    with pytest.raises(ValueError, match=r"no_tokenizer\.nemo: expected one SentencePiece tokenizer\.model"):
+    with pytest.raises(ValueError, match=r"no_tokenizer\.nemo: nemo:1f2e3d_tokenizer\.model is not inside the file"):
         Tokenizer(empty)
