@@ -41,8 +41,8 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
 from benchmarks._timing import machine  # noqa: E402
-from jobs.build_lm import build_lm  # noqa: E402
 from decoders.ngram.lm import NgramLm  # noqa: E402
+from jobs.build_lm import build_lm  # noqa: E402
 from pipeline.config import BUNDLED_MODEL, BUNDLED_TDT_MODEL  # noqa: E402
 from pipeline.decoding import (  # noqa: E402
     STRATEGIES,

@@ -32,7 +32,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from pipeline import stages  # noqa: E402
+from pipeline import schema, stages  # noqa: E402
 from pipeline.bucketing import padded_seconds, padding_efficiency, plan_batches  # noqa: E402
 from pipeline.config import BUNDLED_MODEL, ModelConfig, ResourcesConfig, TranscribeJobConfig  # noqa: E402
 
@@ -132,7 +132,7 @@ def bare_loop(config: TranscribeJobConfig, manifest: str) -> tuple[float, float]
     audio_s = 0.0
     window = config.resources.window_rows
     for start in range(0, len(rows), window):
-        table = pa.Table.from_pylist(rows[start:start + window], schema=stages.INPUT_SCHEMA)
+        table = pa.Table.from_pylist(rows[start:start + window], schema=schema.INPUT_SCHEMA)
         summary = finish(transcribe(load_audio(table)))
         audio_s += summary.column(schema.AUDIO_S)[0].as_py()
     return time.perf_counter() - started, audio_s

@@ -17,8 +17,10 @@ context that pruning dropped restored with its probability derived through backo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -116,15 +118,40 @@ def train_varikn(tokens_path: Path, arpa_path: Path, order: int, work_dir: Path,
     with open(tokens_path, encoding="utf-8") as source, open(tagged, "w", encoding="utf-8") as out:
         for line in source:
             out.write(f"<s> {line.rstrip()} </s>\n")
-    trainer = varikn.VarigramTrainer(True, False)  # modified Kneser-Ney with three discounts
-    trainer.set_datacost_scale(scale)
-    trainer.set_datacost_scale2(2 * scale)  # pruning at twice the growing scale, varikn's recommendation
-    trainer.set_max_order(order)
-    # file, hash size (0: default), drop counts below (0: none), most common words (-1: all),
-    # optimization set ("": leave-one-out), history-clearing symbol, small memory, vocabulary ("": all)
-    trainer.initialize(str(tagged), 0, 0, -1, "", "<s>", False, "")
-    trainer.grow(1)
-    trainer.write_file(str(arpa_path), True)
+    log_path = work_dir / "varikn.log"
+    try:
+        with _native_output_to(log_path):  # varikn's C++ prints dozens of progress lines to stdout and stderr
+            trainer = varikn.VarigramTrainer(True, False)  # modified Kneser-Ney with three discounts
+            trainer.set_datacost_scale(scale)
+            trainer.set_datacost_scale2(2 * scale)  # pruning at twice the growing scale, varikn's recommendation
+            trainer.set_max_order(order)
+            # file, hash size (0: default), drop counts below (0: none), most common words (-1: all),
+            # optimization set ("": leave-one-out), history-clearing symbol, small memory, vocabulary ("": all)
+            trainer.initialize(str(tagged), 0, 0, -1, "", "<s>", False, "")
+            trainer.grow(1)
+            trainer.write_file(str(arpa_path), True)
+    except Exception as error:
+        raise RuntimeError(f"varikn failed ({error}); its output:\n{log_path.read_text(errors='replace')[-3000:]}") \
+            from error
+
+
+@contextlib.contextmanager
+def _native_output_to(path: Path) -> Iterator[None]:
+    """Send what native code writes to file descriptors 1 and 2 into `path` (Python's own streams are flushed
+    first, so nothing of ours is lost or reordered)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "wb") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
 
 
 def normalize_arpa(raw_path: Path, arpa_path: Path) -> int:

@@ -14,9 +14,11 @@ it. Running the same command again after a crash (same --output) transcribes onl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,15 @@ from pipeline.config import (  # noqa: E402
     merge,
     with_current_names,
 )
-from pipeline.decoding import STRATEGIES, DecodingError, advice, describe, plan_decoding  # noqa: E402
+from pipeline.decoding import (  # noqa: E402
+    STRATEGIES,
+    DecodingError,
+    advice,
+    describe,
+    lm_problem,
+    plan_decoding,
+)
+from pipeline.redact import redact, secrets_in  # noqa: E402
 
 
 def _collapse_threshold(value: str) -> float | str:
@@ -54,6 +64,22 @@ def parser() -> argparse.ArgumentParser:
                          f"(default: the bundled samples, {defaults.manifests[0]})")
     io.add_argument("--output", help=f"folder or URI for the Parquet parts, _config.json, _summary.json and "
                                      f"_SUCCESS (default: {defaults.output})")
+    inputs = p.add_argument_group("input bounds (a row past one is an error row)")
+    inputs.add_argument("--glob", choices=("auto", "always", "never"),
+                        help="read --manifest names as globs: auto: only where no file has that very name "
+                             f"(default: {defaults.input.glob})")
+    inputs.add_argument("--read-timeout-s", type=float,
+                        help=f"seconds one audio file's read may take (default: {defaults.input.read_timeout_s:g})")
+    inputs.add_argument("--max-file-bytes", type=int,
+                        help=f"largest audio file read (default: {defaults.input.max_file_bytes})")
+    inputs.add_argument("--max-row-duration-s", type=float,
+                        help=f"most seconds of audio one row may decode to (default: "
+                             f"{defaults.input.max_row_duration_s:g})")
+    inputs.add_argument("--min-sample-rate", type=int,
+                        help=f"lowest audio sample rate accepted (default: {defaults.input.min_sample_rate})")
+    inputs.add_argument("--duration-tolerance-s", type=float,
+                        help="a manifest duration further than this from the measured one is counted in the "
+                             f"summary (default: {defaults.input.duration_tolerance_s:g})")
     model = p.add_argument_group("model")
     model.add_argument("--model", dest="model_uri", metavar="URI",
                        help=f"NeMo RNN-T, TDT, CTC or hybrid .nemo, path or URI (default: the bundled model, "
@@ -136,6 +162,11 @@ def config_from_args(args: argparse.Namespace) -> TranscribeJobConfig:
             "output": args.output,
             "ray_address": args.ray_address,
             "model": {"uri": args.model_uri, "sha256": args.model_sha256, "cache_dir": args.cache_dir},
+            "input": {
+                "glob": args.glob, "read_timeout_s": args.read_timeout_s, "max_file_bytes": args.max_file_bytes,
+                "max_row_duration_s": args.max_row_duration_s, "min_sample_rate": args.min_sample_rate,
+                "duration_tolerance_s": args.duration_tolerance_s,
+            },
             "decoding": {
                 "strategy": args.strategy, "beam_size": args.beam_size, "max_symbols": args.max_symbols,
                 "window_size": args.window_size, "lm_uri": args.lm_uri, "lm_sha256": args.lm_sha256,
@@ -161,18 +192,27 @@ def check_before_starting(config: TranscribeJobConfig) -> None:
     cannot run (a remote model is checked by the driver once it is fetched)."""
     model_uri = config.model.uri
     if "://" not in model_uri and not Path(model_uri).is_file():
-        raise SystemExit(f"no model at {model_uri}: pass --model PATH_OR_URI (a NeMo .nemo file)")
+        raise SystemExit(f"loopscribe: no model at {model_uri}: pass --model PATH_OR_URI (a NeMo .nemo file)")
     lm_uri = config.decoding.lm_uri
-    if lm_uri and not Path(lm_uri).exists() and "://" not in lm_uri:
-        raise SystemExit(f"no LM at {lm_uri}: pass --lm PATH_OR_URI (a binary from `python jobs/build_lm.py`, "
+    if lm_uri and not Path(lm_uri).is_file() and "://" not in lm_uri:
+        raise SystemExit(f"loopscribe: no LM at {lm_uri}: pass --lm PATH_OR_URI (a binary from `python jobs/build_lm.py`, "
                          "or an ARPA file)")
-    if "://" not in model_uri:
-        from pipeline.nemo_file import read_model_facts
+    if "://" in model_uri:
+        return
+    from pipeline.nemo_file import LayoutUnavailable, read_model_facts, read_model_layout
 
+    try:
+        plan = plan_decoding(read_model_facts(model_uri), config.decoding, model_name=model_uri)
+    except (DecodingError, ValueError) as error:
+        raise SystemExit(f"loopscribe: {error}") from None
+    if plan.fuses_lm and "://" not in lm_uri:
         try:
-            plan_decoding(read_model_facts(model_uri), config.decoding, model_name=model_uri)
-        except DecodingError as error:
-            raise SystemExit(f"loopscribe: {error}") from None
+            vocab_size = plan.lm_vocab_size(read_model_layout(model_uri))
+        except LayoutUnavailable:
+            vocab_size = None  # checked once the model is loaded
+        problem = lm_problem(lm_uri, vocab_size)
+        if problem:
+            raise SystemExit(f"loopscribe: --lm {problem}")
 
 
 def connect(config: TranscribeJobConfig) -> None:
@@ -191,21 +231,52 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(json.dumps(config.to_dict(), indent=2, sort_keys=True))
         return 0
-    check_before_starting(config)
-    from pipeline.graph import JobError, run_transcription
+    secrets = secrets_in(dataclasses.asdict(config))
 
-    print(f"loopscribe: {', '.join(config.manifests)} -> {config.output} ({describe(config.decoding)})", flush=True)
+    def hide(text: str) -> str:  # what a storage library quotes of a URI's credentials, too
+        return redact(text, secrets)
+
+    check_before_starting(config)
+    from pipeline.graph import JobError, expand_manifests, run_transcription
+
+    try:
+        manifest_uris = expand_manifests(config, warn=lambda line: print(f"loopscribe: warning: {hide(line)}",
+                                                                         file=sys.stderr, flush=True))
+    except (JobError, FileNotFoundError) as error:
+        raise SystemExit(f"loopscribe: {hide(str(error))}") from None
+    print(hide(f"loopscribe: {len(manifest_uris)} manifest(s) ({', '.join(config.manifests)}) -> {config.output} "
+                 f"({describe(config.decoding)})"), flush=True)
     for note in advice(config.decoding):
         print(f"loopscribe: note: {note}", file=sys.stderr, flush=True)
     connect(config)
     try:
-        summary = run_transcription(config)
+        summary = run_transcription(config, manifest_uris=manifest_uris)
     except (JobError, FileNotFoundError) as error:
-        raise SystemExit(f"loopscribe: {error}") from None
+        raise SystemExit(f"loopscribe: {hide(str(error))}") from None
+    except Exception as error:  # a bug or an outage: the whole traceback, with no credential in it
+        print(hide("".join(traceback.format_exception(error))), file=sys.stderr, flush=True)
+        raise SystemExit(f"loopscribe: the job failed: {hide(f'{type(error).__name__}: {error}')}") from None
     print(json.dumps(summary, indent=2, sort_keys=True))
-    print(f"loopscribe: {summary['rows_ok']} transcripts ok, {summary['rows_error']} error rows -> "
-          f"{config.output} (Parquet; read with pandas.read_parquet({config.output!r}))")
+    for finding in findings(summary):
+        print(f"loopscribe: warning: {finding}", file=sys.stderr, flush=True)
+    print(hide(f"loopscribe: {summary['rows_ok']} transcripts ok, {summary['rows_error']} error rows -> "
+                 f"{config.output} (Parquet; read with pandas.read_parquet({config.output!r}))"))
     return 0
+
+
+def findings(summary: dict[str, Any]) -> list[str]:
+    """What in a finished job's summary a user should look at, one line each."""
+    lines = []
+    if summary["duplicates_removed"]:
+        lines.append(f"{summary['duplicates_removed']} row(s) named an utterance (same audio, offset, duration, "
+                     "channel and id) that another row already had: each utterance is written once")
+    if summary["ids_given_to_several_utterances"]:
+        lines.append(f"{summary['ids_given_to_several_utterances']} manifest id(s) name more than one utterance "
+                     f"(all kept), e.g. {', '.join(summary['ids_given_to_several_examples'])}")
+    if summary["duration_mismatches"]:
+        lines.append(f"{summary['duration_mismatches']} row(s) whose manifest duration differs from the audio's, "
+                     f"e.g. {summary['duration_mismatch_examples'][0]} (column audio_duration has the measured one)")
+    return lines
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pipeline.decoding import DecodingConfig
 from pipeline.decoding import results_identity as decoding_identity
+from pipeline.redact import redact_values
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 BUNDLED_MODEL = REPOSITORY / "models" / "demo_hybrid_rnnt_ctc.nemo"
@@ -35,6 +36,28 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if not self.uri:
             raise ValueError("model.uri must name a .nemo file")
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """How manifests and audio are read, and what one row may cost: a row past a bound is an error row, never an
+    out-of-memory actor or a hung job."""
+
+    glob: Literal["auto", "always", "never"] = "auto"  # auto: a manifest name is a glob only where no such file is
+    read_timeout_s: float = 60.0  # one audio file's read
+    max_file_bytes: int = 2 << 30  # one audio file
+    max_row_duration_s: float = 3 * 3600.0  # decoded audio of one row
+    min_sample_rate: int = 1000  # an audio header claiming less is refused (it would decode to hours of samples)
+    duration_tolerance_s: float = 0.25  # manifest `duration` vs measured `audio_duration`: counted past this
+
+    def __post_init__(self) -> None:
+        if self.glob not in ("auto", "always", "never"):
+            raise ValueError(f"input.glob must be auto, always or never, got {self.glob!r}")
+        for name in ("read_timeout_s", "max_file_bytes", "max_row_duration_s", "min_sample_rate",
+                     "duration_tolerance_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"input.{name} must be a number > 0, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -79,6 +102,7 @@ class TranscribeJobConfig:
     output: str = "transcripts"  # a folder path or URI
     model: ModelConfig = field(default_factory=ModelConfig)
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    input: InputConfig = field(default_factory=InputConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     ray_address: str | None = None  # None: RAY_ADDRESS or a running cluster, else a new local one
 
@@ -92,15 +116,16 @@ class TranscribeJobConfig:
             raise ValueError("output must name a folder or URI")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The settings as plain data, with credentials out of every URI (`pipeline/redact.py`)."""
+        return redact_values(dataclasses.asdict(self))
 
     def results_identity(self) -> dict[str, Any]:
         """What makes two runs' rows the same kind of result: rows of another identity must not be mixed in."""
-        return {"model": dataclasses.asdict(self.model) | {"cache_dir": None},
-                "decoding": decoding_identity(self.decoding)}
+        return redact_values({"model": dataclasses.asdict(self.model) | {"cache_dir": None},
+                              "decoding": decoding_identity(self.decoding)})
 
 
-_SECTIONS = {"model": ModelConfig, "decoding": DecodingConfig, "resources": ResourcesConfig}
+_SECTIONS = {"model": ModelConfig, "decoding": DecodingConfig, "input": InputConfig, "resources": ResourcesConfig}
 
 
 def config_from_dict(values: dict[str, Any]) -> TranscribeJobConfig:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from pipeline.nemo_file import Head, ModelFacts
+from pipeline.redact import redact
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -261,7 +262,7 @@ def describe(config: DecodingConfig) -> str:
     parts += [f"{name}={getattr(config, name):g}" for name in strategy.search_settings
               if getattr(config, name) != DECODING_DEFAULTS[name]]
     if config.lm_uri and config.lm_weight > 0:
-        parts += [f"lm={config.lm_uri}", f"lm_weight={config.lm_weight:g}"]
+        parts += [f"lm={redact(config.lm_uri)}", f"lm_weight={config.lm_weight:g}"]
         parts += [f"{name}={getattr(config, name)}" for name in strategy.fusion_settings
                   if getattr(config, name) != DECODING_DEFAULTS[name]]
     return " ".join(parts)
@@ -273,11 +274,11 @@ def results_identity(config: DecodingConfig) -> dict[str, Any]:
 
 
 # --- building the decoders ---------------------------------------------------------------------------------
-def load_language_model(plan: DecodingPlan, vocab_size: int, cache_dir: str,
-                        device: str = "cpu") -> NgramLm | None:
-    """The plan's n-gram LM on `device` (None when the plan fuses none), fetched once per node through the
-    cache. A name containing `.arpa` is read as a token-level ARPA file (plain or gzip); anything else as the
-    binary written by `python jobs/build_lm.py`, which is memory-mapped."""
+def load_language_model(plan: DecodingPlan, vocab_size: int, cache_dir: str) -> NgramLm | None:
+    """The plan's n-gram LM (None when the plan fuses none), fetched once per node through the cache; the
+    decoder that fuses it moves it to its device once, when it is built. A name containing `.arpa` is read as a
+    token-level ARPA file (plain or gzip); anything else as the binary written by `python jobs/build_lm.py`,
+    which is memory-mapped."""
     from decoders.ngram.lm import NgramLm
     from pipeline.fetch import fetch_file
 
@@ -291,7 +292,35 @@ def load_language_model(plan: DecodingPlan, vocab_size: int, cache_dir: str,
     if lm.vocab_size != vocab_size:
         raise ValueError(f"{uri}: the LM covers {lm.vocab_size} labels but the model has {vocab_size} "
                          "(build it with this model's tokenizer)")
-    return lm.to(device)
+    return lm
+
+
+def lm_problem(path: str, vocab_size: int | None) -> str | None:
+    """Why the LM file at a local `path` cannot serve a head of `vocab_size` labels (None: it can; vocab_size
+    None: not checked), read cheaply before any actor starts: the binary's header, or an ARPA file's unigrams
+    (a word-level ARPA is named as such)."""
+    from decoders.ngram.arpa import ArpaFormatError, ArpaNgram, iter_arpa
+    from decoders.ngram.binary import NgramFileError, load_tensors
+
+    if ".arpa" in path.rsplit("/", 1)[-1]:
+        covered = 0
+        try:
+            for item in iter_arpa(path):
+                if isinstance(item, ArpaNgram):
+                    if item.order > 1:
+                        break  # every unigram seen
+                    covered = max([covered, *(t + 1 for t in item.tokens)])
+        except (ArpaFormatError, ValueError, UnicodeDecodeError, OSError) as error:
+            return str(error)
+    else:
+        try:
+            covered = load_tensors(path, verify=False)[0].vocab_size
+        except (NgramFileError, OSError, ValueError) as error:
+            return str(error)
+    if vocab_size is not None and covered > vocab_size:
+        return (f"{path}: the LM has labels up to {covered - 1} but the model's head has {vocab_size} "
+                "(build it with this model's tokenizer: python jobs/build_lm.py --tokenizer MODEL.nemo)")
+    return None
 
 
 def _label_looping(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None) -> Decode:
@@ -299,7 +328,7 @@ def _label_looping(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None
 
     return LabelLoopingGreedy(model.transducer, GreedyConfig(
         max_symbols=plan.max_symbols, window_size=plan.window_size, lm_weight=plan.lm_weight if lm else 0.0,
-        use_cuda_graphs=plan.use_cuda_graphs), lm)
+        use_cuda_graphs=plan.use_cuda_graphs), lm, device=plan.device)
 
 
 def _transducer_beam(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None) -> Decode:
@@ -310,7 +339,7 @@ def _transducer_beam(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | No
     return search(model.transducer, BeamSearchConfig(
         beam_size=config.beam_size, max_symbols_per_frame=plan.max_symbols, lm_weight=plan.lm_weight if lm else 0.0,
         blank_lm_scoring=config.blank_lm_scoring, pruning=config.pruning, window_size=config.window_size,
-        use_cuda_graphs=plan.use_cuda_graphs), lm)
+        use_cuda_graphs=plan.use_cuda_graphs), lm, device=plan.device)
 
 
 def _ctc_greedy(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None) -> Decode:
@@ -318,7 +347,8 @@ def _ctc_greedy(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None) -
 
     from decoders.ctc import CtcGreedy
 
-    greedy = CtcGreedy(blank_id=model.ctc.blank_id, lm=lm, lm_weight=plan.lm_weight if lm else 0.0)
+    greedy = CtcGreedy(blank_id=model.ctc.blank_id, lm=lm, lm_weight=plan.lm_weight if lm else 0.0,
+                       device=plan.device)
 
     def decode_ctc(encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
         with torch.no_grad():
@@ -361,7 +391,7 @@ class _CompactCtcBeamSearch:
         self.search = CtcBeamSearch(model.ctc.blank_id, CtcBeamConfig(
             beam_size=config.beam_size, lm_weight=plan.lm_weight if lm is not None else 0.0,
             insertion_bonus=config.ctc_insertion_bonus, beam_threshold=config.ctc_beam_threshold,
-            collapse_threshold=None), lm)  # collapsed already, in the ASR stage
+            collapse_threshold=None), lm, device="cpu")  # collapsed already, in the ASR stage; searched on a CPU
 
     def __call__(self, compact: Sequence[CompactCtc]) -> list[Hypothesis]:
         import torch

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,10 @@ from pipeline import schema, sink, stages
 from pipeline.config import TranscribeJobConfig
 from pipeline.decoding import DecodingError, DecodingPlan, plan_decoding
 from pipeline.fetch import fetch_file, file_sha256
-from pipeline.manifest import expand_manifest_uris
+from pipeline.manifest import sniff_manifest
 from pipeline.nemo_file import ModelFacts, read_model_facts
+from pipeline.redact import redact, redact_values
+from pipeline.uris import expand_manifest_uris
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,8 @@ READ_CPUS = 0.1  # manifest reading is I/O
 AUDIO_ACTOR_CPUS = 0.25  # fetch + decode + resample: mostly I/O and libsndfile/soxr
 FINISH_ACTOR_CPUS = 0.25  # detokenization and writes (CTC beam search takes more: see build_transcription)
 AUDIO_BATCH_ROWS = 16
+SNIFF_THREADS = 16  # manifests looked at once before the job starts (object stores: one request each)
+SHOWN_EXAMPLES = 5  # problems, ids and rows the job names of each kind of finding
 
 
 class JobError(ValueError):
@@ -53,7 +58,11 @@ def check_output(config: TranscribeJobConfig) -> None:
 
 def model_identity(config: TranscribeJobConfig) -> tuple[Path, str]:
     """The model file on this node and the id written in the `model` column: name and sha256 prefix."""
-    path = fetch_file(config.model.uri, sha256=config.model.sha256, cache_dir=f"{config.model.cache_dir}/models")
+    try:
+        path = fetch_file(config.model.uri, sha256=config.model.sha256, cache_dir=f"{config.model.cache_dir}/models")
+    except Exception as error:  # fsspec backends raise their own types (botocore, gcsfs, aiohttp ...)
+        raise JobError(redact(f"cannot fetch the model {config.model.uri}: {type(error).__name__}: {error}")) \
+            from None
     digest = config.model.sha256 or file_sha256(path)
     return path, f"{config.model.uri.rstrip('/').rsplit('/', 1)[-1]} sha256:{digest[:16]}"
 
@@ -116,8 +125,8 @@ def build_transcription(config: TranscribeJobConfig, plan: DecodingPlan, manifes
                      + finish_cpus * resources.writer_actors)
     dataset = read_rows(config, manifest_uris, ray.cluster_resources().get("CPU", 0.0) - reserved_cpus)
     dataset = dataset.map_batches(
-        stages.LoadAudio, fn_constructor_kwargs={"sample_rate": sample_rate}, batch_format="pyarrow",
-        batch_size=AUDIO_BATCH_ROWS, compute=ActorPoolStrategy(size=resources.audio_actors),
+        stages.LoadAudio, fn_constructor_kwargs={"sample_rate": sample_rate, "limits": config.input},
+        batch_format="pyarrow", batch_size=AUDIO_BATCH_ROWS, compute=ActorPoolStrategy(size=resources.audio_actors),
         num_cpus=AUDIO_ACTOR_CPUS)
     dataset = dataset.map_batches(
         stages.TranscribeBatch,
@@ -132,12 +141,43 @@ def build_transcription(config: TranscribeJobConfig, plan: DecodingPlan, manifes
         compute=ActorPoolStrategy(size=resources.writer_actors), num_cpus=finish_cpus)
 
 
-def output_totals(output: str) -> dict[str, Any]:
-    """Rows, outcomes and audio of everything committed under `output` (this run and earlier ones)."""
-    table = sink.read_output(output, columns=[schema.STATUS])
+def _model_load_error(error: BaseException) -> str | None:
+    """The message of the `ModelLoadError` an actor raised, found in the chain of exceptions Ray wraps it in
+    (Ray keeps the actor's traceback only as text: the marker line is read from it there)."""
+    marker = f"{stages.ModelLoadError.__module__}.{stages.ModelLoadError.__qualname__}: "
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, stages.ModelLoadError):
+            return str(error)
+        for line in str(error).splitlines():
+            if line.startswith(marker):
+                return line[len(marker):]
+        seen.add(id(error))
+        error = getattr(error, "cause", None) or error.__cause__ or error.__context__  # RayTaskError.cause
+    return None
+
+
+def output_totals(output: str, duration_tolerance_s: float) -> dict[str, Any]:
+    """Rows and outcomes of everything committed under `output` (this run and earlier ones), and what a user
+    should look at: manifest ids given to more than one utterance (both kept), and rows whose manifest
+    `duration` is further than `duration_tolerance_s` from the measured one."""
+    table = sink.read_output(output, columns=[schema.STATUS, schema.SOURCE_ID, schema.DURATION,
+                                              schema.AUDIO_DURATION, schema.MANIFEST, schema.LINE])
     statuses = table.column(schema.STATUS).to_pylist()
+    utterances_by_id: dict[str, int] = {}
+    for source_id in table.column(schema.SOURCE_ID).to_pylist():
+        if source_id is not None:
+            utterances_by_id[source_id] = utterances_by_id.get(source_id, 0) + 1
+    shared = sorted(source_id for source_id, count in utterances_by_id.items() if count > 1)
+    mismatched = [f"{manifest}, line {line}: duration {given:g} s, measured {measured:.3f} s"
+                  for manifest, line, given, measured in zip(
+                      *(table.column(c).to_pylist() for c in (schema.MANIFEST, schema.LINE, schema.DURATION,
+                                                              schema.AUDIO_DURATION)))
+                  if measured is not None and given and abs(given - measured) > duration_tolerance_s]
     return {"rows": table.num_rows, "rows_ok": statuses.count(schema.STATUS_OK),
-            "rows_error": statuses.count(schema.STATUS_ERROR)}
+            "rows_error": statuses.count(schema.STATUS_ERROR),
+            "ids_given_to_several_utterances": len(shared), "ids_given_to_several_examples": shared[:SHOWN_EXAMPLES],
+            "duration_mismatches": len(mismatched), "duration_mismatch_examples": mismatched[:SHOWN_EXAMPLES]}
 
 
 def print_progress(done: dict[str, Any]) -> None:
@@ -145,32 +185,56 @@ def print_progress(done: dict[str, Any]) -> None:
           f"{done['audio_hours'] * 3600:.1f} s of audio, {done['wall_s']:.0f} s", flush=True)
 
 
-def run_transcription(config: TranscribeJobConfig,
-                      progress: Callable[[dict[str, Any]], None] = print_progress) -> dict[str, Any]:
+def expand_manifests(config: TranscribeJobConfig, warn: Callable[[str], None] = log.warning) -> list[str]:
+    """The job's manifest URIs (globs expanded as `config.input.glob` says), each looked at once: a manifest that
+    is empty, binary or broken is named through `warn` (its rows, if any, and one error row for a binary or
+    broken one still come out), and a job none of whose manifests has a line is refused."""
+    glob = {"auto": None, "always": True, "never": False}[config.input.glob]
+    uris = expand_manifest_uris(config.manifests, glob=glob)
+    with ThreadPoolExecutor(max_workers=min(SNIFF_THREADS, len(uris))) as pool:
+        problems = [problem for problem in pool.map(sniff_manifest, uris) if problem]
+    for problem in problems[:SHOWN_EXAMPLES]:
+        warn(problem)
+    if len(problems) > SHOWN_EXAMPLES:
+        warn(f"... and {len(problems) - SHOWN_EXAMPLES} more manifests with problems")
+    if len(problems) == len(uris):
+        raise JobError(f"nothing to transcribe: no manifest of {', '.join(config.manifests)} has a usable line")
+    return uris
+
+
+def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str, Any]], None] = print_progress,
+                      manifest_uris: list[str] | None = None) -> dict[str, Any]:
     """Run one job on the connected Ray cluster; returns the summary also written as `_summary.json`.
 
     `progress` is called with the running totals of this run (`stages.summarize`) after each committed part.
     """
     started = time.time()
     check_output(config)
-    manifest_uris = expand_manifest_uris(config.manifests)
+    manifest_uris = manifest_uris if manifest_uris is not None else expand_manifests(config)
     model_path, model_id = model_identity(config)
     device = resolve_device(config)
     facts = read_model_facts(model_path)
     plan = plan_job_decoding(facts, config, device)
     sink.write_json(config.output, sink.CONFIG_FILE, {
-        "config": config.to_dict(), "identity": config.results_identity(), "model_id": model_id,
-        "device": device, "manifests": manifest_uris})
-    log.info("%d manifest(s) -> %s (%s, %s)", len(manifest_uris), config.output, plan.description, device)
+        "config": config.to_dict(), "identity": config.results_identity(), "row_identity": schema.ROW_IDENTITY,
+        "model_id": redact(model_id), "device": device, "manifests": [redact(uri) for uri in manifest_uris]})
+    log.info("%d manifest(s) -> %s (%s, %s)", len(manifest_uris), redact(config.output), plan.description, device)
     parts: list[dict[str, Any]] = []
     dataset = build_transcription(config, plan, manifest_uris, facts.sample_rate, model_id)
-    for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
-        for part in batch.to_pylist():
-            parts.append(part)
-            progress(stages.summarize(parts, started))
+    try:
+        for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
+            for part in batch.to_pylist():
+                parts.append(part)
+                progress(stages.summarize(parts, started))
+    except Exception as error:  # Ray wraps what an actor raised; a model that cannot load is the user's to fix
+        cause = _model_load_error(error)
+        if cause is None:
+            raise
+        raise JobError(f"{cause} (rows committed before it stay committed)") from None
     removed = sink.deduplicate(config.output)
     summary = stages.summarize(parts, started)
-    summary = {**output_totals(config.output), "this_run": summary, "duplicates_removed": removed,
-               "model_id": model_id, "decoding": plan.description, "device": device}
+    summary = {**output_totals(config.output, config.input.duration_tolerance_s), "this_run": summary,
+               "duplicates_removed": removed, "model_id": model_id, "decoding": plan.description, "device": device}
+    summary = redact_values(summary)
     sink.mark_success(config.output, summary)
     return summary

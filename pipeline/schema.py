@@ -9,12 +9,17 @@ from __future__ import annotations
 import pyarrow as pa
 
 # identifying columns, present from the manifest reader on
-UTTERANCE_ID = "utterance_id"  # stable across reruns: the exactly-once key
+# the exactly-once key: a hash of the utterance's content (audio URI, offset, duration, channel, and the manifest's
+# own id where it gives one), never of where the manifest lists it, so edited and re-sorted manifests resume right
+UTTERANCE_ID = "utterance_id"
+ROW_IDENTITY = "content-v1"  # how utterance ids are made; an output made another way is refused (sink.py)
 MANIFEST = "manifest"  # URI of the manifest the row came from
 LINE = "line"  # 1-based line of that manifest
+SOURCE_ID = "source_id"  # the manifest's own id of the utterance (Lhotse cut id, a NeMo `id`), if any
 AUDIO_FILEPATH = "audio_filepath"  # resolved URI or path of the audio
 OFFSET = "offset"  # seconds into the audio file
 DURATION = "duration"  # seconds of audio (from the manifest)
+CHANNEL = "channel"  # the audio channel to decode; null: all channels mixed down
 REFERENCE_TEXT = "reference_text"  # the manifest's `text`, if any
 EXTRA = "extra"  # JSON of the manifest keys loopscribe does not use, kept for the user
 
@@ -25,6 +30,7 @@ STATUS_OK = "ok"
 STATUS_ERROR = "error"
 
 # results
+AUDIO_DURATION = "audio_duration"  # seconds of audio decoded, measured (the manifest's `duration` may be wrong)
 TEXT = "text"
 WORDS = "words"  # list of {word, start, end, confidence}, seconds from the start of the utterance
 MODEL = "model"
@@ -54,21 +60,22 @@ ROWS, ROWS_OK, ROWS_ERROR = "rows", "rows_ok", "rows_error"
 FINISH_S = "finish_s"  # seconds the writer spent on the part
 COMMITTED_AT = "committed_at"  # Unix time the part was committed
 
-INPUT_COLUMNS = (UTTERANCE_ID, MANIFEST, LINE, AUDIO_FILEPATH, OFFSET, DURATION, REFERENCE_TEXT, EXTRA, STATUS, ERROR)
+INPUT_COLUMNS = (UTTERANCE_ID, MANIFEST, LINE, SOURCE_ID, AUDIO_FILEPATH, OFFSET, DURATION, CHANNEL, REFERENCE_TEXT,
+                 EXTRA, STATUS, ERROR)
+
+_TYPES = {  # every column that rows carry from the manifests to the output, and its Arrow type
+    UTTERANCE_ID: pa.string(), MANIFEST: pa.string(), LINE: pa.int64(), SOURCE_ID: pa.string(),
+    AUDIO_FILEPATH: pa.string(), OFFSET: pa.float64(), DURATION: pa.float64(), CHANNEL: pa.int64(),
+    AUDIO_DURATION: pa.float64(), REFERENCE_TEXT: pa.string(), EXTRA: pa.string(), TEXT: pa.string(),
+    WORDS: pa.list_(WORD_TYPE), STATUS: pa.string(), ERROR: pa.string(), MODEL: pa.string(), DECODING: pa.string(),
+}
+_REQUIRED = (UTTERANCE_ID, STATUS)  # never null in the output
+
+# the rows manifests yield (manifest.py) and every stage passes on
+INPUT_SCHEMA = pa.schema([pa.field(name, _TYPES[name]) for name in INPUT_COLUMNS])
 
 OUTPUT_SCHEMA = pa.schema([
-    pa.field(UTTERANCE_ID, pa.string(), nullable=False),
-    pa.field(MANIFEST, pa.string()),
-    pa.field(LINE, pa.int64()),
-    pa.field(AUDIO_FILEPATH, pa.string()),
-    pa.field(OFFSET, pa.float64()),
-    pa.field(DURATION, pa.float64()),
-    pa.field(REFERENCE_TEXT, pa.string()),
-    pa.field(EXTRA, pa.string()),
-    pa.field(TEXT, pa.string()),
-    pa.field(WORDS, pa.list_(WORD_TYPE)),
-    pa.field(STATUS, pa.string(), nullable=False),
-    pa.field(ERROR, pa.string()),
-    pa.field(MODEL, pa.string()),
-    pa.field(DECODING, pa.string()),
+    pa.field(name, _TYPES[name], nullable=name not in _REQUIRED)
+    for name in (UTTERANCE_ID, MANIFEST, LINE, SOURCE_ID, AUDIO_FILEPATH, OFFSET, DURATION, CHANNEL, AUDIO_DURATION,
+                 REFERENCE_TEXT, EXTRA, TEXT, WORDS, STATUS, ERROR, MODEL, DECODING)
 ])

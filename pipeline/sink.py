@@ -15,8 +15,10 @@ The protocol:
    (an object is visible only once complete). A retried task rewrites the same name with the same rows.
 2. A rerun first reads the `utterance_id` column of every committed part and skips those rows, so a job
    killed at any point and run again processes only the unfinished rows.
-3. At the end, `deduplicate` removes any row that two parts hold (possible only if Ray re-ran an upstream task
-   that batched rows differently), then `_SUCCESS` is written. Every input row is then in exactly one part.
+3. At the end, `deduplicate` removes any second row of an utterance id (two parts hold it if Ray re-ran an
+   upstream task that batched rows differently; a part or two parts hold it if manifests list the same
+   utterance twice: ids are made from content, `pipeline/manifest.py`), then `_SUCCESS` is written. Every
+   utterance is then in exactly one row.
 """
 
 from __future__ import annotations
@@ -140,8 +142,10 @@ def deduplicate(output_uri: str) -> int:
     partly: list[tuple[str, list[bool]]] = []
     for path, id_table in read_parts(output_uri, [schema.UTTERANCE_ID]):
         ids = id_table.column(0).to_pylist()
-        duplicate = [i in seen for i in ids]
-        seen.update(ids)
+        duplicate = []
+        for utterance_id in ids:  # one at a time: a manifest listing an utterance twice puts both in one part
+            duplicate.append(utterance_id in seen)
+            seen.add(utterance_id)
         if ids and all(duplicate):
             all_duplicates.append(path)
             removed += len(ids)
@@ -173,13 +177,21 @@ class IdentityMismatch(ValueError):
 
 def check_identity(output_uri: str, identity: dict[str, Any]) -> None:
     """Refuse (`IdentityMismatch`) to add rows to an output whose `_config.json` records another results
-    identity. A setting that only one of the two knows (added by a later version) does not make them differ."""
+    identity, or whose rows were identified another way (`schema.ROW_IDENTITY`: an output of a loopscribe that
+    identified rows by manifest line cannot be resumed by content). A setting that only one of the two knows
+    (added by a later version) does not make them differ."""
     filesystem, root = _filesystem(output_uri)
     path = f"{root.rstrip('/')}/{CONFIG_FILE}"
     if not filesystem.exists(path):
         return
     with filesystem.open(path, "r") as handle:
-        earlier = json.load(handle).get("identity")
+        written = json.load(handle)
+    if written.get("row_identity") != schema.ROW_IDENTITY and list_parts(output_uri):
+        raise IdentityMismatch(
+            f"{output_uri} was written by an older loopscribe, which identified rows by manifest line: its rows "
+            f"cannot be matched to utterances by content ({schema.ROW_IDENTITY}), so resuming it could transcribe "
+            "rows twice or skip them; write to a new output, or delete this one to start over")
+    earlier = written.get("identity")
     now = json.loads(json.dumps(identity))  # as it will be stored: tuples become lists
     if earlier is None:
         return

@@ -38,13 +38,14 @@ import torch
 from pipeline import schema, sink
 from pipeline.audio import AudioError, load_audio
 from pipeline.bucketing import padded_seconds, plan_batches
-from pipeline.config import ModelConfig, ResourcesConfig
+from pipeline.config import InputConfig, ModelConfig, ResourcesConfig
 from pipeline.decoding import DecodingPlan, compact_ctc_log_probs, load_language_model
 from pipeline.fetch import fetch_file
 from pipeline.manifest import read_manifest
 from pipeline.nemo_file import LayoutUnavailable, ModelLayout, read_model_layout
 from pipeline.nemo_model import AsrModel, load_asr_model
 from pipeline.recognize import pad_waveforms, transcript_of
+from pipeline.redact import redact
 from pipeline.schema import (
     AUDIO_S,
     COMMITTED_AT,
@@ -80,15 +81,21 @@ def load_layout(model: ModelConfig, device: str = "cpu") -> AsrModel | ModelLayo
         return load_model(model, device)
 
 
+class ModelLoadError(RuntimeError):
+    """The stage's model could not be loaded: no row can be decoded, so the job stops and says why."""
+
+
 class _BackgroundLoad:
-    """Loads a model in a thread started at once; `get()` waits for it and re-raises its error.
+    """Loads a model in a thread started at once; `get()` waits for it and raises `ModelLoadError` naming
+    `name` and the cause if loading failed.
 
     Stages start loading in `__init__`, so the actors of every stage load their models at the same time as
     the first audio is fetched, instead of one after the other as the first batch reaches each (which made a
     short job wait for two model loads in a row); and `__init__` itself returns at once.
     """
 
-    def __init__(self, load: Callable[[], AsrModel]) -> None:
+    def __init__(self, load: Callable[[], AsrModel], name: str) -> None:
+        self.name = name
         self._result: AsrModel | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(load,), name="load-model", daemon=True)
@@ -103,7 +110,8 @@ class _BackgroundLoad:
     def get(self) -> AsrModel:
         self._thread.join()
         if self._error is not None:
-            raise self._error
+            raise ModelLoadError(redact(f"cannot load the model {self.name}: {type(self._error).__name__}: "
+                                        f"{self._error}")) from self._error
         assert self._result is not None
         return self._result
 
@@ -132,20 +140,6 @@ def _ok_rows(table: pa.Table) -> list[int]:
     return [i for i, s in enumerate(table.column(schema.STATUS).to_pylist()) if s == schema.STATUS_OK]
 
 
-INPUT_SCHEMA = pa.schema([
-    pa.field(schema.UTTERANCE_ID, pa.string()),
-    pa.field(schema.MANIFEST, pa.string()),
-    pa.field(schema.LINE, pa.int64()),
-    pa.field(schema.AUDIO_FILEPATH, pa.string()),
-    pa.field(schema.OFFSET, pa.float64()),
-    pa.field(schema.DURATION, pa.float64()),
-    pa.field(schema.REFERENCE_TEXT, pa.string()),
-    pa.field(schema.EXTRA, pa.string()),
-    pa.field(schema.STATUS, pa.string()),
-    pa.field(schema.ERROR, pa.string()),
-])
-
-
 class ReadManifests:
     """CPU stage: manifest URIs -> their rows (error rows included) not yet committed, as tables of `chunk_rows`.
 
@@ -164,34 +158,40 @@ class ReadManifests:
                 if entry[schema.UTTERANCE_ID] not in self.committed:
                     rows.append(entry)
                 if len(rows) == self.chunk_rows:
-                    yield pa.Table.from_pylist(rows, schema=INPUT_SCHEMA)
+                    yield pa.Table.from_pylist(rows, schema=schema.INPUT_SCHEMA)
                     rows = []
             if rows:
-                yield pa.Table.from_pylist(rows, schema=INPUT_SCHEMA)
+                yield pa.Table.from_pylist(rows, schema=schema.INPUT_SCHEMA)
 
 
 class LoadAudio:
-    """CPU stage: rows -> rows with `samples` (float32 at `sample_rate`) and `audio_s`; failures -> error rows."""
+    """CPU stage: rows -> rows with `samples` (float32 at `sample_rate`), `audio_s` and the measured
+    `audio_duration`; a row whose audio cannot be used, or is past a bound of `limits`, becomes an error row."""
 
-    def __init__(self, sample_rate: int) -> None:
-        self.sample_rate = sample_rate
+    def __init__(self, sample_rate: int, limits: InputConfig | None = None) -> None:
+        self.sample_rate, self.limits = sample_rate, limits or InputConfig()
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        table = table.cast(INPUT_SCHEMA) if table.schema != INPUT_SCHEMA else table
+        table = table.cast(schema.INPUT_SCHEMA) if table.schema != schema.INPUT_SCHEMA else table
         samples: list[np.ndarray] = [np.zeros(0, np.float32)] * table.num_rows
+        measured: list[float | None] = [None] * table.num_rows
         failed: dict[int, str] = {}
         uris = table.column(schema.AUDIO_FILEPATH).to_pylist()
         offsets, durations = table.column(schema.OFFSET).to_pylist(), table.column(schema.DURATION).to_pylist()
+        channels = table.column(schema.CHANNEL).to_pylist()
         for index in _ok_rows(table):
             try:
-                samples[index] = load_audio(uris[index], self.sample_rate, offsets[index], durations[index] or None)
+                audio = load_audio(uris[index], self.sample_rate, offsets[index], durations[index] or None,
+                                   channel=channels[index], limits=self.limits)
+                samples[index], measured[index] = audio.samples, audio.duration_s
             except AudioError as error:
                 failed[index] = str(error)
             except Exception as error:  # a decoder bug must not cost the batch
                 failed[index] = f"{uris[index]}: cannot load audio ({type(error).__name__}: {error})"
         table = _fail(table, failed)
         for index in failed:
-            samples[index] = np.zeros(0, np.float32)
+            samples[index], measured[index] = np.zeros(0, np.float32), None
+        table = _set(table, schema.AUDIO_DURATION, pa.array(measured, pa.float64()))
         table = _set(table, AUDIO_S, pa.array([len(s) / self.sample_rate for s in samples], pa.float64()))
         return _set(table, SAMPLES, pa.array(samples, type=pa.large_list(pa.float32())))
 
@@ -215,15 +215,14 @@ class TranscribeBatch:
         self.model_config, self.plan, self.resources = model, plan, resources
         self.model: AsrModel | None = None
         self.decode = None
-        self._loading = _BackgroundLoad(lambda: load(model, plan.device))
+        self._loading = _BackgroundLoad(lambda: load(model, plan.device), model.uri)
 
     def _ensure_loaded(self) -> None:
         if self.model is not None:
             return
         self.model = self._loading.get()
         if not self.plan.writer_searches:
-            lm = load_language_model(self.plan, self.plan.lm_vocab_size(self.model), self.model_config.cache_dir,
-                                     self.plan.device)
+            lm = load_language_model(self.plan, self.plan.lm_vocab_size(self.model), self.model_config.cache_dir)
             self.decode = self.plan.build_decoder(self.model, lm)
 
     def __call__(self, table: pa.Table) -> pa.Table:
@@ -285,15 +284,14 @@ class FinishAndWrite:
         self.model_id = model_id
         self.model: AsrModel | ModelLayout | None = None
         self.search = None
-        self._loading = _BackgroundLoad(lambda: load(model, "cpu"))
+        self._loading = _BackgroundLoad(lambda: load(model, "cpu"), model.uri)
 
     def _ensure_loaded(self) -> None:
         if self.model is not None:
             return
         self.model = self._loading.get()
         if self.plan.writer_searches:
-            lm = load_language_model(self.plan, self.plan.lm_vocab_size(self.model), self.model_config.cache_dir,
-                                     "cpu")  # the writer searches on its CPU, whatever the ASR stage runs on
+            lm = load_language_model(self.plan, self.plan.lm_vocab_size(self.model), self.model_config.cache_dir)
             self.search = self.plan.build_writer_search(self.model, lm)
 
     def __call__(self, table: pa.Table) -> pa.Table:
@@ -328,6 +326,9 @@ class FinishAndWrite:
             texts[index], words[index] = None, None
         output = sink.to_output_table({
             **{name: table.column(name) for name in schema.INPUT_COLUMNS},
+            **{name: [redact(value) if value else value for value in table.column(name).to_pylist()]
+               for name in (schema.MANIFEST, schema.AUDIO_FILEPATH, schema.ERROR)},  # no credential is written
+            schema.AUDIO_DURATION: table.column(schema.AUDIO_DURATION),
             schema.TEXT: texts,
             schema.WORDS: words,
             schema.MODEL: [self.model_id] * table.num_rows,

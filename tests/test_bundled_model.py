@@ -104,8 +104,8 @@ def domain_dev(tmp_path_factory):
     import soundfile
     import torch
 
-    from decoders.ngram.build import build_lm
     from decoders.ngram.lm import NgramLm
+    from jobs.build_lm import build_lm
     from pipeline.nemo_model import load_asr_model
     from pipeline.recognize import pad_waveforms
 

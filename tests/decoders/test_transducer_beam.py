@@ -22,13 +22,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from decoders.hypotheses import BatchedHypotheses, Hypothesis
 from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias
-from decoders.transducer_beam import (
-    AesBeamSearch,
-    AlsdBeamSearch,
-    BeamSearchConfig,
-    WindBeamSearch,
-    _CudaGraphsRunner,
-)
+from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig, WindBeamSearch
+from decoders.transducer_beam_base import _CudaGraphsRunner
 from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
 from tests.reference.fake_lm import BigramLm
 from tests.reference.transducer_beam import alsd_decode, maes_decode

@@ -76,8 +76,8 @@ def test_nemo_names_are_aliases_and_collapse_zero_turns_it_off():
 
 
 def test_the_decoding_column_names_every_setting_that_changed_the_results():
-    assert describe(resolve("--strategy", "ctc_beam", "--ctc-insertion-bonus", "2.5", "--lm", "lm.bin", "--lm-weight", "1",
-                   "--ctc-collapse-threshold", "0").decoding) == (
+    assert describe(resolve("--strategy", "ctc_beam", "--ctc-insertion-bonus", "2.5", "--lm", "lm.bin",
+                            "--lm-weight", "1", "--ctc-collapse-threshold", "0").decoding) == (
         "ctc_beam beam_size=4 ctc_insertion_bonus=2.5 lm=lm.bin lm_weight=1")
     assert describe(resolve("--strategy", "alsd", "--lm", "lm.bin", "--lm-weight", "0.5", "--pruning", "early",
                    "--blank-lm-scoring", "none").decoding) == (

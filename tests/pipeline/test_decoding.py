@@ -41,7 +41,8 @@ def test_every_strategy_plans_the_head_span_kind_and_stage_of_its_table_row():
 
 @pytest.mark.parametrize(("facts", "strategy", "message"), [
     (CTC, "alsd", "'alsd' needs a transducer head; m.nemo \\(ctc\\) has none \\(use greedy, ctc_greedy, ctc_beam\\)"),
-    (RNNT, "ctc_beam", "needs a CTC head; m.nemo \\(rnnt\\) has none \\(use greedy, wind_greedy, alsd, aes, wind_beam\\)"),
+    (RNNT, "ctc_beam",
+     "needs a CTC head; m.nemo \\(rnnt\\) has none \\(use greedy, wind_greedy, alsd, aes, wind_beam\\)"),
     (TDT_CTC, "wind_beam", "'wind_beam' supports RNN-T only; m.nemo is TDT \\(use greedy, wind_greedy, alsd, aes\\)"),
 ])
 def test_a_strategy_the_model_cannot_run_is_refused_with_what_to_use(facts, strategy, message):

@@ -62,7 +62,8 @@ def corpus(s3, nemo_assets):
     for index in range(GOOD_ROWS - 5):
         n = index % len(files)
         audio = f"audio/u{n}.wav" if index % 2 else f"s3://{BUCKET}/data/audio/u{n}.wav"  # relative or absolute
-        lines.append(json.dumps({"audio_filepath": audio, "duration": 3.0, "text": f"sentence {n}", "speaker": n}))
+        lines.append(json.dumps({"id": f"line-{index}", "audio_filepath": audio, "duration": 3.0,
+                                 "text": f"sentence {n}", "speaker": n}))  # ids tell apart lines of the same audio
     bad = [
         json.dumps({"audio_filepath": "audio/missing.wav", "duration": 1.0}),
         json.dumps({"audio_filepath": "audio/corrupt.wav", "duration": 1.0}),
@@ -133,7 +134,8 @@ def expected(corpus, nemo_assets):
         key = (row[schema.AUDIO_FILEPATH].rsplit("/", 1)[-1], row[schema.OFFSET], row[schema.DURATION])
         if key not in cache:
             try:
-                waveform = load_audio(row[schema.AUDIO_FILEPATH], 16000, row[schema.OFFSET], row[schema.DURATION])
+                waveform = load_audio(row[schema.AUDIO_FILEPATH], 16000, row[schema.OFFSET],
+                                      row[schema.DURATION]).samples
             except Exception as error:
                 cache[key] = error
             else:

@@ -136,7 +136,7 @@ def test_writer_stage_needs_no_nemo(nemo_assets, tmp_path, strategy):
     manifest = tmp_path / "manifest.json"
     manifest.write_text("".join(json.dumps({"audio_filepath": str(f), "duration": 9.0}) + "\n"
                                 for f in nemo_assets["files"]))
-    rows = pa.Table.from_pylist(list(read_manifest(str(manifest))), schema=stages.INPUT_SCHEMA)
+    rows = pa.Table.from_pylist(list(read_manifest(str(manifest))), schema=schema.INPUT_SCHEMA)
     model, decoding = ModelConfig(uri=str(nemo_assets["checkpoints"]["tdt_ctc"])), DecodingConfig(strategy=strategy)
     plan = plan_decoding(read_model_facts(model.uri), decoding)
     audio = stages.LoadAudio(sample_rate=16000)(rows)

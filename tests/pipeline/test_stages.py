@@ -50,7 +50,7 @@ def rows(nemo_assets, tmp_path_factory):
         {"audio_filepath": str(nemo_assets["files"][0]), "duration": -1.0},
     ]
     manifest = write_manifest(folder / "manifest.json", good[:4] + bad + good[4:])
-    return pa.Table.from_pylist(list(read_manifest(manifest)), schema=stages.INPUT_SCHEMA)
+    return pa.Table.from_pylist(list(read_manifest(manifest)), schema=schema.INPUT_SCHEMA)
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +75,8 @@ LOAD = load_once()
 SMALL_BUCKETS = ResourcesConfig(batch_audio_s=12.0)  # several buckets out of the 8 utterances
 
 
-def plan(model_config, decoding=DecodingConfig()):
-    return plan_decoding(read_model_facts(model_config.uri), decoding)
+def plan(model_config, decoding=None):
+    return plan_decoding(read_model_facts(model_config.uri), decoding or DecodingConfig())
 
 
 def run_stages(rows_table, model_config, decoding, output, resources=SMALL_BUCKETS):
@@ -220,7 +220,7 @@ def test_strategies_a_model_cannot_run_are_refused_on_the_driver(nemo_assets, ki
 
 @pytest.mark.parametrize("strategy", ["greedy", "ctc_beam"])
 def test_the_lm_is_fetched_once_and_fused_as_in_process(nemo_assets, rows, model_config, tmp_path, strategy):
-    from decoders.ngram.build import build_lm
+    from jobs.build_lm import build_lm
     from pipeline.decoding import decode_in_process, load_language_model
 
     tokenizer_dir = nemo_assets["checkpoints"]["tdt_ctc"].parent / "tokenizer"
@@ -241,7 +241,8 @@ def test_the_lm_is_fetched_once_and_fused_as_in_process(nemo_assets, rows, model
         for config in (decoding, plain):  # the stages' output must equal decoding in one process
             in_process = plan(model_config, config)
             h = decode_in_process(model, in_process, lm)(encoder_output, encoder_lengths)[0]
-            texts.append(transcript_of(model, in_process.span_kind, h.tokens, h.frame_indices, h.durations, h.score).text)
+            texts.append(transcript_of(model, in_process.span_kind, h.tokens, h.frame_indices, h.durations,
+                                       h.score).text)
         assert results[str(path)][schema.TEXT] == texts[0]
         changed += texts[0] != texts[1]
         assert "lm_weight=0.8" in results[str(path)][schema.DECODING]
