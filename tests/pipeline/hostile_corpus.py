@@ -77,39 +77,42 @@ def write_hostile_corpus(folder: Path, lines: int, audio_files: list[Path]) -> H
     folder.mkdir(parents=True, exist_ok=True)
     bad_audio = _bad_audio(folder / "bad_audio")
     good = str(audio_files[0])
-    kinds: list[tuple[bytes, str]] = [  # (line, piece of the error)
-        (b'{"audio_filepath": "a.wav", "dur', "malformed JSON"),
-        (b"[1, 2, 3]", "expected a JSON object"),
-        (json.dumps({"duration": 1.0}).encode(), "'audio_filepath'"),
-        (json.dumps({"audio_filepath": None, "duration": 1.0}).encode(), "'audio_filepath' is null"),
-        (json.dumps({"audio_filepath": good, "duration": "long"}).encode(), "'duration'"),
-        (json.dumps({"audio_filepath": good, "duration": 1.0, "offset": -3}).encode(), "must not be negative"),
-        (b'{"audio_filepath": "' + good.encode() + b'", "duration": NaN}', "'duration'"),
-        (json.dumps({"audio_filepath": good, "duration": 1e12}).encode(), "max_row_duration_s"),
-        (b'{"audio_filepath": "caf\xe9.wav", "duration": 1.0}', "UTF-8"),
-        (b'{"audio_filepath": "a\x00.wav", "duration": 1.0}', "line"),
-        (json.dumps({"audio_filepath": str(folder / "missing.wav"), "duration": 1.0}).encode(), "file not found"),
-        (json.dumps({"audio_filepath": str(bad_audio["corrupt.wav"]), "duration": 1.0}).encode(), "corrupt.wav"),
-        (json.dumps({"audio_filepath": str(bad_audio["header_only.flac"]), "duration": 1.0}).encode(),
-         "header_only.flac"),
-        (json.dumps({"audio_filepath": str(bad_audio["empty.wav"]), "duration": 1.0}).encode(), "empty file"),
-        (json.dumps({"audio_filepath": str(bad_audio["fifo.wav"]), "duration": 1.0}).encode(),
-         "not a regular file"),
-        (json.dumps({"audio_filepath": str(bad_audio["one_hz.wav"]), "duration": 0.0}).encode(), "1 Hz"),
-        (json.dumps({"audio_filepath": str(bad_audio["nan.wav"]), "duration": 1.0}).encode(), "NaN"),
-        (json.dumps({"audio_filepath": str(bad_audio["huge_frames.flac"]), "duration": 0}).encode(),
-         "max_row_duration_s"),
-        (json.dumps({"audio_filepath": good, "duration": 1.0, "offset": 9999.0}).encode(), "past the end"),
-        (json.dumps({"audio_filepath": str(bad_audio["a_directory.wav"]), "duration": 1.0}).encode(),
-         "a_directory.wav"),
-    ]
+    def kinds(n: int) -> list[tuple[bytes, str]]:
+        """The bad lines, each made distinct by `n` (identical lines would be one utterance, hence one row)."""
+        def nemo(**values: object) -> bytes:
+            return json.dumps({"id": f"bad-{n}", **values}).encode()
+
+        return [  # (line, piece of the error)
+            (b'{"id": "bad-%d", "audio_filepath": "a.wav", "dur' % n, "malformed JSON"),
+            (b"[%d, 2, 3]" % n, "expected a JSON object"),
+            (nemo(duration=1.0), "'audio_filepath'"),
+            (nemo(audio_filepath=None, duration=1.0), "'audio_filepath' is null"),
+            (nemo(audio_filepath=good, duration="long"), "'duration'"),
+            (nemo(audio_filepath=good, duration=1.0, offset=-3), "must not be negative"),
+            (b'{"id": "bad-%d", "audio_filepath": "%s", "duration": NaN}' % (n, good.encode()), "'duration'"),
+            (nemo(audio_filepath=good, duration=1e12), "max_row_duration_s"),
+            (b'{"id": "bad-%d", "audio_filepath": "caf\xe9.wav", "duration": 1.0}' % n, "UTF-8"),
+            (b'{"id": "bad-%d", "audio_filepath": "a\x00.wav", "duration": 1.0}' % n, "NUL"),
+            (nemo(audio_filepath=str(folder / "missing.wav"), duration=1.0), "file not found"),
+            (nemo(audio_filepath=str(bad_audio["corrupt.wav"]), duration=1.0), "corrupt.wav"),
+            (nemo(audio_filepath=str(bad_audio["header_only.flac"]), duration=1.0), "header_only.flac"),
+            (nemo(audio_filepath=str(bad_audio["empty.wav"]), duration=1.0), "empty file"),
+            (nemo(audio_filepath=str(bad_audio["fifo.wav"]), duration=1.0), "not a regular file"),
+            (nemo(audio_filepath=str(bad_audio["one_hz.wav"]), duration=0.0), "1 Hz"),
+            (nemo(audio_filepath=str(bad_audio["nan.wav"]), duration=1.0), "NaN"),
+            (nemo(audio_filepath=str(bad_audio["huge_frames.flac"]), duration=0), "max_row_duration_s"),
+            (nemo(audio_filepath=good, duration=1.0, offset=9999.0), "past the end"),
+            (nemo(audio_filepath=str(bad_audio["a_directory.wav"]), duration=1.0), "a_directory.wav"),
+        ]
+
+    kind_count = len(kinds(0))
     manifest = folder / "manifest.json"
     bad: dict[int, str] = {}
     with open(manifest, "wb") as handle:
         for index in range(lines):
             line_number = index + 1
             if index % BAD_EVERY == BAD_EVERY - 1:
-                line, piece = kinds[(index // BAD_EVERY) % len(kinds)]
+                line, piece = kinds(index)[(index // BAD_EVERY) % kind_count]
                 bad[line_number] = piece
             else:
                 audio = audio_files[index % len(audio_files)]
@@ -117,7 +120,6 @@ def write_hostile_corpus(folder: Path, lines: int, audio_files: list[Path]) -> H
                                    "offset": 0.01 * (index % 50), "text": "words"}).encode()
             handle.write(line + b"\n")
     return HostileCorpus(manifest=manifest, lines=lines, bad=bad)
-
 
 
 class PeakRss:

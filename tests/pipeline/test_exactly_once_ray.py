@@ -114,7 +114,8 @@ def test_one_bad_manifest_costs_only_its_own_rows(ray_cluster, nemo_assets, tmp_
     good = write_lines(tmp_path / "good.json", [{**line, "offset": 0.1 * i} for i in range(3)])
     binary = tmp_path / "binary.json"
     binary.write_bytes(files[1].read_bytes())  # an audio file given as a manifest
-    whole = gzip.compress("".join(json.dumps({**line, "offset": 0.05 * i}) + "\n" for i in range(40)).encode())
+    whole = gzip.compress("".join(json.dumps({**line, "offset": 0.31 + 0.001 * i}) + "\n"  # all distinct
+                                  for i in range(40)).encode())
     broken = tmp_path / "broken.jsonl.gz"
     broken.write_bytes(whole[: len(whole) * 2 // 3])  # a cut download
     mixed = tmp_path / "latin1.json"
