@@ -3,9 +3,13 @@ from __future__ import annotations
 import json
 
 import pyarrow.parquet as pq
+import pytest
 
 from pipeline import schema
 from pipeline.sink import (
+    CONFIG_FILE,
+    IdentityMismatch,
+    check_identity,
     committed_ids,
     deduplicate,
     is_complete,
@@ -64,6 +68,29 @@ def test_deduplicate_leaves_every_row_once(tmp_path):
     ids = read_output(output).column(schema.UTTERANCE_ID).to_pylist()
     assert sorted(ids) == ["a", "b", "c", "d", "e"]
     assert deduplicate(output) == 0
+
+
+def test_an_utterance_listed_twice_in_one_part_is_kept_once(tmp_path):
+    output = str(tmp_path / "out")
+    write_part(output, rows(["a", "b", "a", "c", "b"]))  # a manifest naming the same utterances twice
+    assert deduplicate(output) == 2
+    assert sorted(read_output(output).column(schema.UTTERANCE_ID).to_pylist()) == ["a", "b", "c"]
+
+
+IDENTITY = {"model": {"uri": "m.nemo"}, "decoding": {"strategy": "greedy"}}
+
+
+def test_an_output_of_the_line_number_identity_is_refused_and_a_content_one_resumes(tmp_path):
+    output = str(tmp_path / "out")
+    write_json(output, CONFIG_FILE, {"identity": IDENTITY})  # as loopscribe wrote it before content ids
+    check_identity(output, IDENTITY)  # nothing committed yet: nothing to mix up
+    write_part(output, rows(["a"]))
+    with pytest.raises(IdentityMismatch, match="identified rows by manifest line.*write to a new output"):
+        check_identity(output, IDENTITY)
+    write_json(output, CONFIG_FILE, {"identity": IDENTITY, "row_identity": schema.ROW_IDENTITY})
+    check_identity(output, IDENTITY)
+    with pytest.raises(IdentityMismatch, match="another model or decoding"):
+        check_identity(output, {**IDENTITY, "decoding": {"strategy": "alsd"}})
 
 
 def test_many_parts_read_concurrently_keep_name_order_and_first_part_wins(tmp_path):
