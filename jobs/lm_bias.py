@@ -1,0 +1,459 @@
+"""Per-domain LM biasing in one command: domain text in; a token LM, its weight tuned on a dev set, a WER report,
+and (with --manifest) the domain corpus transcribed with the chosen setting.
+
+    python jobs/lm_bias.py --text samples/domain/lm_text.txt --dev samples/domain/dev.json \\
+        --test samples/domain/test.json --output out/bias
+    python jobs/lm_bias.py ... --manifest 's3://bucket/domain/*.json' --output s3://bucket/bias   # and transcribe
+
+Steps:
+1. Checks before any cluster work: the text files exist and hold lines the model's tokenizer can encode, the
+   dev (and test) manifests hold references (`text`) and readable rows, the model can run the strategies asked.
+2. The text is normalised as the model's training text was (`pipeline/lm_text.py`: case, numbers spelled out,
+   punctuation the tokenizer lacks removed), and a token n-gram LM is built from it with `jobs/build_lm.py`: each
+   order of --orders is built on 9 lines in 10 and scored on the 10th; the order with the lowest held-out
+   perplexity is rebuilt on every line. Written to OUTPUT/lm/domain.lm with lm.json (how it was made).
+3. Each strategy of --strategies (default: greedy, alsd, ctc_greedy and ctc_beam where the model has the head)
+   is tuned in its own Ray task (`pipeline/tuning.py`): the dev set is encoded once and decoded once per LM
+   weight (and CTC beam insertion bonus) tried; the test set, if given, is decoded with the strategy's baseline
+   and chosen setting. Trials are kept in OUTPUT/tuning/, so a rerun decodes only what it had not.
+4. The strategy with the lowest tuned dev WER (ties: the first in --strategies) is chosen; where no LM setting
+   beats the same strategy without it on dev, the job says so and that strategy runs without the LM.
+   OUTPUT/decoding.yaml holds the choice, as `jobs/transcribe.py --config` reads it; OUTPUT/report.md,
+   report.json and dev_wer.png report every strategy.
+5. With --manifest, the corpus is transcribed with the choice into OUTPUT/transcripts/ (exactly once, as
+   `jobs/transcribe.py` writes it; a rerun finishes what is missing).
+
+Ray: RAY_ADDRESS or --ray-address, else a private local Ray (`ray job submit -- python jobs/lm_bias.py ...` on a
+cluster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pipeline.config import BUNDLED_MODEL, InputConfig, ModelConfig, TranscribeJobConfig  # noqa: E402
+from pipeline.decoding import STRATEGIES, DecodingConfig, DecodingError, plan_decoding, strategies_for  # noqa: E402
+from pipeline.lm_text import TextNormaliser, check  # noqa: E402
+from pipeline.manifest import read_manifest  # noqa: E402
+from pipeline.redact import redact  # noqa: E402
+
+DEFAULT_STRATEGIES = ("greedy", "alsd", "ctc_greedy", "ctc_beam")  # each head's greedy, a beam, CTC beam
+ORDERS = (3, 4, 5, 6)
+HELDOUT_EVERY = 10
+LM_DIR, TUNING_DIR = "lm", "tuning"
+
+
+class BiasError(ValueError):
+    """Input the job cannot use, found before any cluster work: one line for the user."""
+
+
+# ------------------------------------------------------------------------------------------------- checks
+def read_text(uri: str) -> list[str]:
+    import fsspec
+
+    try:
+        with fsspec.open(uri, "rt", encoding="utf-8", compression="infer") as handle:
+            return handle.read().splitlines()
+    except FileNotFoundError:
+        raise BiasError(f"--text {uri}: no such file") from None
+    except (OSError, UnicodeDecodeError, EOFError) as error:
+        raise BiasError(f"--text {uri}: cannot read it ({type(error).__name__}: {error})") from None
+
+
+def reference_rows(uri: str, flag: str) -> list[dict[str, Any]]:
+    """A dev or test manifest's rows, each with its reference: an unusable row or a missing `text` is an error."""
+    try:
+        rows = list(read_manifest(uri))
+    except Exception as error:  # read_manifest turns bad lines into rows; this is a manifest it cannot list
+        raise BiasError(f"{flag} {uri}: {error}") from None
+    if not rows:
+        raise BiasError(f"{flag} {uri}: no line")
+    from pipeline import schema
+
+    for row in rows:
+        if row[schema.STATUS] != schema.STATUS_OK:
+            raise BiasError(f"{flag}: {row[schema.ERROR]}")
+        if not row[schema.REFERENCE_TEXT].strip():
+            raise BiasError(f"{flag} {uri}, line {row[schema.LINE]}: no reference `text` (a {flag} manifest "
+                            "needs one on every line)")
+    return rows
+
+
+def chosen_strategies(model_path: str, asked: list[str] | None) -> list[str]:
+    from pipeline.nemo_file import read_model_facts
+
+    facts = read_model_facts(model_path)
+    supported = strategies_for(facts)
+    if not asked:
+        return [s for s in DEFAULT_STRATEGIES if s in supported]
+    for strategy in asked:
+        if strategy not in STRATEGIES:
+            raise BiasError(f"--strategies: unknown {strategy!r} (known: {', '.join(STRATEGIES)})")
+        try:
+            plan_decoding(facts, DecodingConfig(strategy=strategy), model_name=model_path)
+        except DecodingError as error:
+            raise BiasError(str(error)) from None
+    return list(dict.fromkeys(asked))
+
+
+# ------------------------------------------------------------------------------------------------- output
+class Output:
+    """The job's output folder (local or any fsspec URI)."""
+
+    def __init__(self, uri: str) -> None:
+        import fsspec
+
+        self.uri = uri.rstrip("/")
+        self.filesystem, self.root = fsspec.core.url_to_fs(self.uri)
+
+    def path(self, *names: str) -> str:
+        return "/".join([self.uri, *names])
+
+    def read(self, *names: str) -> str | None:
+        path = "/".join([self.root, *names])
+        return self.filesystem.cat_file(path).decode() if self.filesystem.exists(path) else None
+
+    def write(self, data: str | bytes, *names: str) -> None:
+        path = "/".join([self.root, *names])
+        self.filesystem.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        self.filesystem.pipe_file(path, data.encode() if isinstance(data, str) else data)
+
+    def put(self, local: str, *names: str) -> None:
+        path = "/".join([self.root, *names])
+        self.filesystem.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        self.filesystem.put_file(local, path)
+
+
+# ---------------------------------------------------------------------------------------------------- LM
+def build_domain_lm(lines: list[str], model_path: str, output: Output, orders: tuple[int, ...]) -> dict[str, Any]:
+    """The LM of the normalised `lines` at OUTPUT/lm/domain.lm, the order chosen on held-out lines; reused when
+    lm.json says it was built from the same lines, model and orders."""
+    from jobs.build_lm import build_lm
+
+    identity = {"text_sha256": hashlib.sha256("\n".join(lines).encode()).hexdigest(),
+                "tokenizer_sha256": _file_sha256(model_path), "orders": list(orders)}
+    stored = output.read(LM_DIR, "lm.json")
+    if stored and json.loads(stored).get("identity") == identity:
+        return {**json.loads(stored), "reused": True}
+    with tempfile.TemporaryDirectory(prefix="lsbias") as scratch:
+        text = Path(scratch) / "text.txt"
+        text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        perplexity = {}
+        for order in orders:
+            report = build_lm([text], model_path, Path(scratch) / f"order{order}.lm", order=order,
+                              heldout_every=HELDOUT_EVERY, tool="varikn")
+            perplexity[order] = report.heldout_perplexity
+        best = min(orders, key=lambda order: (perplexity[order], order))
+        report = build_lm([text], model_path, Path(scratch) / "domain.lm", order=best, tool="varikn")
+        output.put(str(Path(scratch) / "domain.lm"), LM_DIR, "domain.lm")
+        output.write(text.read_text(encoding="utf-8"), LM_DIR, "text.txt")
+    built = {"identity": identity, "order": best, "heldout_perplexity_by_order": perplexity,
+             "heldout_every": HELDOUT_EVERY, "ngram_counts": report.ngram_counts, "sentences": len(lines),
+             "build_s": report.seconds}
+    output.write(json.dumps(built, indent=1), LM_DIR, "lm.json")
+    return {**built, "reused": False}
+
+
+def _file_sha256(path: str) -> str:
+    from pipeline.fetch import file_sha256
+
+    return file_sha256(Path(path))
+
+
+# ------------------------------------------------------------------------------------------------ tuning
+def tune_strategy(strategy: str, beam_size: int, model_uri: str, lm_uri: str, cache_dir: str, dev_rows: list[dict],
+                  test_rows: list[dict] | None, output_uri: str, identity: dict[str, Any], threads: int,
+                  limits: InputConfig) -> dict[str, Any]:
+    """One strategy, in one process (a Ray task on any node): encode dev (and test) once, tune on dev, report
+    test. The model and the LM are fetched through the node's cache."""
+    import torch
+
+    from decoders.ngram.lm import NgramLm
+    from pipeline import schema
+    from pipeline.audio import load_audio
+    from pipeline.fetch import fetch_file
+    from pipeline.nemo_model import load_asr_model
+    from pipeline.tuning import TrialCache, encode_set, score, transcribe_set, tune
+
+    torch.set_num_threads(threads)
+    output = Output(output_uri)
+    model = load_asr_model(model_uri, cache_dir=f"{cache_dir}/models")
+    lm_path = str(fetch_file(lm_uri, cache_dir=f"{cache_dir}/lms", suffix=".lm"))
+    lm = NgramLm.load(lm_path)
+    rate = model.facts.sample_rate
+
+    def encoded(rows: list[dict]):
+        waveforms = [load_audio(r[schema.AUDIO_FILEPATH], rate, r[schema.OFFSET], r[schema.DURATION] or None,
+                                channel=r[schema.CHANNEL], limits=limits).samples for r in rows]
+        return encode_set(model, waveforms, [r[schema.REFERENCE_TEXT] for r in rows], sample_rate=rate)
+
+    started = time.perf_counter()
+    dev = encoded(dev_rows)
+    encode_s = time.perf_counter() - started
+    base = DecodingConfig(strategy=strategy, beam_size=beam_size)
+
+    def with_setting(weight: float, bonus: float | None) -> DecodingConfig:
+        return dataclasses.replace(base, lm_uri=lm_path if weight else None, lm_weight=weight,
+                                   ctc_insertion_bonus=base.ctc_insertion_bonus if bonus is None else bonus)
+
+    def evaluate(weight: float, bonus: float | None) -> tuple[float, float]:
+        return score(dev.references, transcribe_set(model, with_setting(weight, bonus), lm, dev))
+
+    def progress(trial) -> None:
+        print(f"lm_bias: {strategy} lm_weight {trial.key}: dev WER {trial.wer:.1%} ({trial.decode_s:.1f} s)",
+              flush=True)
+
+    cache = TrialCache({**identity, "strategy": strategy, "beam_size": beam_size},
+                       output.read(TUNING_DIR, f"{strategy}.json"),
+                       lambda text: output.write(text, TUNING_DIR, f"{strategy}.json"))
+    result = tune(base, evaluate, cache, progress)
+    report: dict[str, Any] = {
+        "strategy": strategy, "head": plan_decoding(model.facts, base).head, "lm_helps": result.lm_helps,
+        "baseline": dataclasses.asdict(result.baseline), "best": dataclasses.asdict(result.best),
+        "trials": [dataclasses.asdict(t) for t in result.trials], "decodes": result.decodes,
+        "reused": result.reused, "dev_encode_s": round(encode_s, 2), "dev_audio_s": round(dev.audio_s, 2)}
+    if test_rows:
+        test = encoded(test_rows)
+        for name, trial in (("test_baseline", result.baseline), ("test_best", result.best)):
+            clock = time.perf_counter()
+            wer, cer = score(test.references,
+                             transcribe_set(model, with_setting(trial.lm_weight, trial.bonus), lm, test))
+            report[name] = {"wer": wer, "cer": cer, "decode_s": round(time.perf_counter() - clock, 3)}
+    return report
+
+
+def run_tuning(strategies: list[str], **kwargs: Any) -> list[dict[str, Any]]:
+    """Every strategy's `tune_strategy` as its own Ray task (one CPU each), in parallel on the cluster."""
+    import ray
+
+    task = ray.remote(num_cpus=1, max_retries=1)(tune_strategy)
+    pending = {task.remote(strategy, **kwargs): strategy for strategy in strategies}
+    results: dict[str, dict[str, Any]] = {}
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        strategy = pending.pop(done[0])
+        results[strategy] = ray.get(done[0])
+        print(f"lm_bias: {strategy} tuned ({len(results)}/{len(strategies)})", flush=True)
+    return [results[s] for s in strategies]
+
+
+# ------------------------------------------------------------------------------------------------ report
+def choose(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The strategy with the lowest tuned dev WER (then CER); ties: the first listed."""
+    return min(results, key=lambda r: (r["best"]["wer"], r["best"]["cer"]))
+
+
+def decoding_of(result: dict[str, Any], beam_size: int, lm_uri: str) -> DecodingConfig:
+    best = result["best"]
+    base = DecodingConfig(strategy=result["strategy"], beam_size=beam_size)
+    if not result["lm_helps"]:
+        return base
+    return dataclasses.replace(base, lm_uri=lm_uri, lm_weight=best["lm_weight"],
+                               ctc_insertion_bonus=best["bonus"] if best["bonus"] is not None else 0.0)
+
+
+def setting_text(trial: dict[str, Any]) -> str:
+    if not trial["lm_weight"]:
+        return "no LM"
+    bonus = f", insertion bonus {trial['bonus']:g}" if trial["bonus"] is not None else ""
+    return f"LM weight {trial['lm_weight']:g}{bonus}"
+
+
+def report_markdown(report: dict[str, Any]) -> str:
+    lm = report["lm"]
+    lines = [
+        "# LM biasing report", "",
+        f"Model `{report['model']}`; domain text {', '.join(f'`{t}`' for t in report['text'])}: "
+        f"{lm['sentences']} sentences after normalisation ({report['normalisation']}; "
+        f"{report['unencodable_lines']} lines dropped: characters the tokenizer lacks).", "",
+        f"LM: order {lm['order']} (held-out perplexity per token by order: "
+        + ", ".join(f"{o}: {p:.2f}" for o, p in lm["heldout_perplexity_by_order"].items())
+        + f"), {sum(lm['ngram_counts'])} n-grams, `{report['lm_uri']}`.", "",
+        f"Tuned on `{report['dev']}` ({report['dev_utterances']} utterances)"
+        + (f", reported on `{report['test']}` ({report['test_utterances']} utterances, never tuned on)."
+           if report.get("test") else "."), "",
+        "| strategy | head | dev WER no LM | dev WER tuned | dev CER tuned | setting chosen on dev | test WER no LM "
+        "| test WER tuned | test CER tuned | decodes (reused) | dev decode s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in report["strategies"]:
+        test_base = f"{r['test_baseline']['wer']:.1%}" if "test_baseline" in r else "-"
+        test_best = f"{r['test_best']['wer']:.1%}" if "test_best" in r else "-"
+        test_cer = f"{r['test_best']['cer']:.1%}" if "test_best" in r else "-"
+        lines.append(
+            f"| {r['strategy']} | {r['head']} | {r['baseline']['wer']:.1%} | {r['best']['wer']:.1%} | "
+            f"{r['best']['cer']:.1%} | {setting_text(r['best'])} | {test_base} | {test_best} | {test_cer} | "
+            f"{r['decodes']} ({r['reused']}) | {r['best']['decode_s']:.1f} |")
+    chosen = report["chosen"]
+    lines += ["", f"**Chosen: {chosen['strategy']}, {setting_text(chosen['best'])}** "
+              f"(dev WER {chosen['best']['wer']:.1%}). `jobs/transcribe.py --config {report['decoding_yaml']}` "
+              "transcribes with it."]
+    if not chosen["lm_helps"]:
+        lines += ["", "No LM setting beat decoding without the LM on dev: the LM is not used. The domain text may "
+                  "not match the dev set's speech."]
+    if report.get("plot"):
+        lines += ["", f"![dev WER against the LM weight]({report['plot']})"]
+    if report.get("transcripts"):
+        t = report["transcripts"]
+        lines += ["", f"Corpus: {t['rows_ok']} transcripts, {t['rows_error']} error rows -> `{t['output']}`."]
+    lines += ["", f"Wall time: {report['wall_s']:.0f} s (LM {report['lm_s']:.0f} s, "
+              f"tuning {report['tuning_s']:.0f} s)."]
+    return "\n".join(lines) + "\n"
+
+
+def plot_dev_wer(report: dict[str, Any]) -> bytes:
+    """PNG: dev WER against the LM weight per strategy (CTC beam at its chosen insertion bonus)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.2), dpi=110)
+    for r in report["strategies"]:
+        bonus = r["best"]["bonus"]
+        points = sorted((t["lm_weight"], t["wer"]) for t in r["trials"]
+                        if t["lm_weight"] == 0 or bonus is None or t["bonus"] == bonus)
+        label = r["strategy"] + (f" (bonus {bonus:g})" if bonus is not None else "")
+        axes.plot([p[0] for p in points], [100 * p[1] for p in points], marker="o", label=label)
+    axes.set_xlabel("LM weight (0: no LM)")
+    axes.set_ylabel("dev WER, %")
+    axes.set_title("Dev WER against the LM weight")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------------- main
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--text", nargs="+", required=True, help="domain text files or URIs, one sentence a line")
+    p.add_argument("--dev", required=True, help="manifest with reference `text`, to tune on")
+    p.add_argument("--test", help="manifest with reference `text`, reported, never tuned on")
+    p.add_argument("--manifest", nargs="*", default=(), help="the domain corpus to transcribe with the choice")
+    p.add_argument("--model", default=str(BUNDLED_MODEL), help="NeMo .nemo (default: the bundled model)")
+    p.add_argument("--strategies", nargs="+", help=f"decodings to consider (default: those of "
+                                                    f"{', '.join(DEFAULT_STRATEGIES)} the model's heads support)")
+    p.add_argument("--output", required=True, help="folder or URI for the LM, report and transcripts")
+    p.add_argument("--orders", type=int, nargs="+", default=ORDERS, help="n-gram orders tried (held-out text)")
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--threads", type=int, default=1, help="torch threads per tuning task")
+    p.add_argument("--cache-dir", default=ModelConfig().cache_dir, help="node-local cache of models")
+    p.add_argument("--ray-address", help="Ray cluster (default: RAY_ADDRESS, else a private local Ray)")
+    return p
+
+
+def connect(address: str | None) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=True)
+    else:  # a private local Ray for this job, on loopback only
+        ray.init(include_dashboard=False, _node_ip_address="127.0.0.1")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    started = time.perf_counter()
+    try:
+        return run(args, started)
+    except BiasError as error:
+        raise SystemExit(f"lm_bias: {redact(str(error))}") from None
+
+
+def run(args: argparse.Namespace, started: float) -> int:
+    from pipeline.fetch import fetch_file
+
+    if "://" not in args.model and not Path(args.model).is_file():
+        raise BiasError(f"no model at {args.model}: pass --model PATH_OR_URI (a NeMo .nemo file)")
+    model_path = str(fetch_file(args.model, cache_dir=f"{args.cache_dir}/models"))
+    strategies = chosen_strategies(model_path, args.strategies)
+    normaliser = TextNormaliser.for_model(model_path)
+    text = normaliser.normalise((uri, read_text(uri)) for uri in args.text)
+    try:
+        check(text, list(args.text))
+    except ValueError as error:
+        raise BiasError(str(error)) from None
+    dev_rows = reference_rows(args.dev, "--dev")
+    test_rows = reference_rows(args.test, "--test") if args.test else None
+    if args.manifest:
+        from pipeline.uris import expand_manifest_uris
+
+        try:
+            expand_manifest_uris(args.manifest)
+        except FileNotFoundError as error:
+            raise BiasError(f"--manifest: {error}") from None
+    output = Output(args.output)
+    print(f"lm_bias: {text.read} lines of domain text ({normaliser.describe()}; {text.unencodable} dropped), "
+          f"dev {len(dev_rows)}" + (f", test {len(test_rows)}" if test_rows else "")
+          + f" utterances; strategies {', '.join(strategies)}", flush=True)
+
+    lm = build_domain_lm(text.lines, model_path, output, tuple(args.orders))
+    lm_s = time.perf_counter() - started
+    print(f"lm_bias: LM order {lm['order']} ({'reused' if lm['reused'] else 'built'}): held-out perplexity "
+          + ", ".join(f"order {o}: {p:.2f}" for o, p in lm["heldout_perplexity_by_order"].items()), flush=True)
+    lm_uri = output.path(LM_DIR, "domain.lm")
+
+    connect(args.ray_address)
+    identity = {"lm_identity": lm["identity"], "lm_order": lm["order"], "model_sha256": _file_sha256(model_path),
+                "dev": [(r["audio_filepath"], r["offset"], r["duration"], r["reference_text"]) for r in dev_rows]}
+    tuning_started = time.perf_counter()
+    results = run_tuning(strategies, beam_size=args.beam_size, model_uri=args.model, lm_uri=lm_uri,
+                         cache_dir=args.cache_dir, dev_rows=dev_rows, test_rows=test_rows,
+                         output_uri=output.uri, identity=identity, threads=args.threads, limits=InputConfig())
+    tuning_s = time.perf_counter() - tuning_started
+    chosen = choose(results)
+    decoding = decoding_of(chosen, args.beam_size, lm_uri)
+    import yaml
+
+    output.write(yaml.safe_dump({"model": {"uri": args.model}, "decoding": dataclasses.asdict(decoding)},
+                                sort_keys=False), "decoding.yaml")
+    report: dict[str, Any] = {
+        "model": args.model, "text": list(args.text), "normalisation": normaliser.describe(),
+        "unencodable_lines": text.unencodable, "lm": lm, "lm_uri": lm_uri, "dev": args.dev,
+        "dev_utterances": len(dev_rows), "test": args.test, "test_utterances": len(test_rows or []),
+        "strategies": results, "chosen": chosen, "decoding": dataclasses.asdict(decoding),
+        "decoding_yaml": output.path("decoding.yaml"), "plot": "dev_wer.png", "lm_s": lm_s, "tuning_s": tuning_s}
+    output.write(plot_dev_wer(report), "dev_wer.png")
+    if not chosen["lm_helps"]:
+        print(f"lm_bias: no LM setting beat {chosen['strategy']} without the LM on dev: the LM is not used",
+              flush=True)
+    if args.manifest:
+        from pipeline.graph import run_transcription
+
+        config = TranscribeJobConfig(manifests=tuple(args.manifest), output=output.path("transcripts"),
+                                     model=ModelConfig(uri=args.model, cache_dir=args.cache_dir), decoding=decoding)
+        summary = run_transcription(config)
+        report["transcripts"] = {"output": config.output, "rows_ok": summary["rows_ok"],
+                                 "rows_error": summary["rows_error"], "this_run_rows": summary["this_run"]["rows"]}
+    report["wall_s"] = time.perf_counter() - started
+    output.write(json.dumps(report, indent=1, default=str), "report.json")
+    markdown = report_markdown(report)
+    output.write(markdown, "report.md")
+    print(markdown, flush=True)
+    print(f"lm_bias: report -> {output.path('report.md')}; decoding -> {output.path('decoding.yaml')}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""Choosing an LM weight (and CTC beam search's insertion bonus) on a dev set: encode once, decode many times.
+
+The encoder does not depend on the LM, so a dev set is encoded once (`encode_set`) and each setting tried costs
+one decode of the encoder output (`transcribe_set`). The search (`tune`) needs few decodes: a coarse grid of LM
+weights, widened upwards while the best sits at its top edge, then the points halfway to the best one's
+neighbours; for CTC beam search, the insertion bonus on a grid at the best weight, then the weight again at
+the best bonus. Each result is kept in a `TrialCache`, so a rerun decodes only settings not yet tried. An LM
+setting is chosen only where its dev WER is strictly below the same strategy without the LM; among LM settings,
+ties go to the lower CER, then the smaller weight, then the smaller bonus.
+
+Used by `jobs/lm_bias.py` and `benchmarks/accuracy.py`. Scoring is jiwer's WER and CER on the texts as
+decoded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pipeline.decoding import STRATEGIES, DecodingConfig, decode_in_process, plan_decoding
+
+COARSE_WEIGHTS = (0.25, 0.5, 1.0, 1.5, 2.0)
+WIDER_WEIGHTS = (3.0, 4.0)  # tried in turn while the best weight is the largest tried
+BONUSES = (0.0, 2.0, 4.0, 6.0)  # CTC beam search's insertion bonus, per label
+START_BONUS = 2.0  # the bonus the weight grid is searched with first
+
+
+@dataclass
+class EncodedSet:
+    """A manifest's reference texts and its encoder output in batches of similar lengths: ([B, T, D], [B] frames,
+    the rows of the manifest they hold)."""
+
+    references: list[str]
+    batches: list[tuple[Tensor, Tensor, list[int]]]
+    audio_s: float
+
+
+@torch.no_grad()
+def encode_set(model, waveforms: Sequence, references: Sequence[str], batch_size: int = 16,
+               sample_rate: int = 16000) -> EncodedSet:
+    """Waveforms (float32 at the model's rate) -> an `EncodedSet`; longest first, so that batches pad little."""
+    from pipeline.recognize import pad_waveforms
+
+    order = sorted(range(len(waveforms)), key=lambda i: len(waveforms[i]), reverse=True)
+    batches = []
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        padded, lengths = pad_waveforms([waveforms[i] for i in rows])
+        encoder_output, encoder_lengths = model.encode(padded, lengths)
+        batches.append((encoder_output, encoder_lengths, rows))
+    return EncodedSet(list(references), batches, sum(len(w) for w in waveforms) / sample_rate)
+
+
+@torch.no_grad()
+def transcribe_set(model, decoding: DecodingConfig, lm, encoded: EncodedSet) -> list[str]:
+    """The texts that `decoding` (with `lm` where it fuses one) gives for every row of `encoded`."""
+    decode = decode_in_process(model, plan_decoding(model.facts, decoding), lm)
+    texts = [""] * len(encoded.references)
+    for output, lengths, rows in encoded.batches:
+        for row, hypothesis in zip(rows, decode(output, lengths)):
+            texts[row] = model.tokenizer.ids_to_text([int(t) for t in hypothesis.tokens])
+    return texts
+
+
+def score(references: Sequence[str], hypotheses: Sequence[str]) -> tuple[float, float]:
+    """(WER, CER) of the hypotheses against the references, over the whole set."""
+    import jiwer
+
+    return jiwer.wer(list(references), list(hypotheses)), jiwer.cer(list(references), list(hypotheses))
+
+
+def takes_bonus(decoding: DecodingConfig) -> bool:
+    return "ctc_insertion_bonus" in STRATEGIES[decoding.strategy].search_settings
+
+
+@dataclass(frozen=True)
+class Trial:
+    lm_weight: float  # 0: no LM
+    bonus: float | None  # CTC beam search's insertion bonus; None where the strategy has none
+    wer: float
+    cer: float
+    decode_s: float
+
+    @property
+    def key(self) -> str:
+        return setting_key(self.lm_weight, self.bonus)
+
+
+def setting_key(lm_weight: float, bonus: float | None) -> str:
+    return f"{lm_weight:g}" + (f"/{bonus:g}" if bonus is not None else "")
+
+
+class TrialCache:
+    """Trials of one strategy on one dev set and LM, by setting; `save` hands them to `store` (a callable taking
+    the JSON text), so a rerun reuses them. `identity` says what they were measured with: trials of another
+    identity are not reused."""
+
+    def __init__(self, identity: dict[str, Any], stored: str | None = None,
+                 store: Callable[[str], None] | None = None) -> None:
+        self.identity, self.store = identity, store
+        self.trials: dict[str, Trial] = {}
+        self.reused = 0
+        if stored:
+            payload = json.loads(stored)
+            if payload.get("identity") == json.loads(json.dumps(identity)):
+                self.trials = {t["key"]: Trial(**{k: v for k, v in t.items() if k != "key"})
+                               for t in payload["trials"]}
+
+    def get(self, key: str) -> Trial | None:
+        trial = self.trials.get(key)
+        self.reused += trial is not None
+        return trial
+
+    def add(self, trial: Trial) -> None:
+        self.trials[trial.key] = trial
+        if self.store is not None:
+            self.store(json.dumps({"identity": self.identity, "trials": [
+                {"key": key, **dataclasses.asdict(t)} for key, t in self.trials.items()]}, indent=1))
+
+
+@dataclass
+class TuningResult:
+    strategy: str
+    baseline: Trial  # no LM
+    best: Trial  # the chosen setting: `baseline` where no LM setting beat it
+    trials: list[Trial]  # every setting tried, in the order tried
+    decodes: int  # decodes run now (trials not taken from the cache)
+    reused: int
+
+    @property
+    def lm_helps(self) -> bool:
+        return self.best is not self.baseline
+
+    def chosen(self, decoding: DecodingConfig, lm_uri: str) -> DecodingConfig:
+        """`decoding` with the chosen setting (no LM where none helped)."""
+        if not self.lm_helps:
+            return dataclasses.replace(decoding, lm_uri=None, lm_weight=0.0)
+        bonus = self.best.bonus if self.best.bonus is not None else decoding.ctc_insertion_bonus
+        return dataclasses.replace(decoding, lm_uri=lm_uri, lm_weight=self.best.lm_weight, ctc_insertion_bonus=bonus)
+
+
+def tune(decoding: DecodingConfig, evaluate: Callable[[float, float | None], tuple[float, float]],
+         cache: TrialCache, progress: Callable[[Trial], None] = lambda trial: None) -> TuningResult:
+    """The search of the module docstring for one strategy. `evaluate(lm_weight, bonus)` decodes the dev set
+    with that setting (weight 0: no LM) and returns (WER, CER)."""
+    bonus_used = takes_bonus(decoding)
+    tried: list[Trial] = []
+    decodes = 0
+
+    def trial(weight: float, bonus: float | None) -> Trial:
+        nonlocal decodes
+        weight = round(weight, 4)
+        if weight == 0:
+            bonus = decoding.ctc_insertion_bonus if bonus_used else None  # no LM: the configured bonus
+        key = setting_key(weight, bonus)
+        found = next((t for t in tried if t.key == key), None) or cache.get(key)
+        if found is None:
+            started = time.perf_counter()
+            wer, cer = evaluate(weight, bonus)
+            found = Trial(weight, bonus, wer, cer, round(time.perf_counter() - started, 3))
+            cache.add(found)
+            decodes += 1
+        if found not in tried:
+            tried.append(found)
+            progress(found)
+        return found
+
+    def best_of(trials: list[Trial]) -> Trial:
+        return min(trials, key=lambda t: (t.wer, t.cer, t.lm_weight, t.bonus or 0.0))
+
+    def search_weights(bonus: float | None, weights: Sequence[float]) -> Trial:
+        line = [trial(w, bonus) for w in weights]
+        for wider in WIDER_WEIGHTS:  # the best at the top edge: the optimum may lie beyond
+            if best_of(line).lm_weight < max(t.lm_weight for t in line):
+                break
+            line.append(trial(wider, bonus))
+        best = best_of(line)
+        ordered = sorted({t.lm_weight for t in line})
+        at = ordered.index(best.lm_weight)
+        for neighbour in (ordered[at - 1] if at > 0 else None, ordered[at + 1] if at + 1 < len(ordered) else None):
+            if neighbour is not None:
+                line.append(trial((best.lm_weight + neighbour) / 2, bonus))
+        return best_of(line)
+
+    baseline = trial(0.0, None)
+    best = search_weights(START_BONUS if bonus_used else None, COARSE_WEIGHTS)
+    if bonus_used:
+        best = best_of([trial(best.lm_weight, b) for b in BONUSES] + [best])
+        weights = sorted({best.lm_weight * f for f in (0.75, 1.0, 1.25)})
+        best = best_of([search_weights(best.bonus, weights), best])
+    lm_trials = [t for t in tried if t.lm_weight > 0]
+    best = best_of(lm_trials) if lm_trials else baseline
+    chosen = best if best.wer < baseline.wer else baseline  # an LM that does not lower dev WER is not used
+    return TuningResult(decoding.strategy, baseline, chosen, tried, decodes, cache.reused)
