@@ -48,6 +48,7 @@ from pipeline.decoding import STRATEGIES, DecodingConfig, DecodingError, plan_de
 from pipeline.lm_text import TextNormaliser, check  # noqa: E402
 from pipeline.manifest import read_manifest  # noqa: E402
 from pipeline.redact import redact  # noqa: E402
+from pipeline.uris import local_path  # noqa: E402
 
 DEFAULT_STRATEGIES = ("greedy", "alsd", "ctc_greedy", "ctc_beam")  # each head's greedy, a beam, CTC beam
 ORDERS = (3, 4, 5, 6)
@@ -88,6 +89,9 @@ def reference_rows(uri: str, flag: str) -> list[dict[str, Any]]:
         if not row[schema.REFERENCE_TEXT].strip():
             raise BiasError(f"{flag} {uri}, line {row[schema.LINE]}: no reference `text` (a {flag} manifest "
                             "needs one on every line)")
+        local = local_path(row[schema.AUDIO_FILEPATH])
+        if local is not None and not os.path.isfile(local):
+            raise BiasError(f"{flag} {uri}, line {row[schema.LINE]}: no audio file {local}")
     return rows
 
 
@@ -208,7 +212,7 @@ def tune_strategy(strategy: str, beam_size: int, model_uri: str, lm_uri: str, ca
         return dataclasses.replace(base, lm_uri=lm_path if weight else None, lm_weight=weight,
                                    ctc_insertion_bonus=base.ctc_insertion_bonus if bonus is None else bonus)
 
-    def evaluate(weight: float, bonus: float | None) -> tuple[float, float]:
+    def evaluate(weight: float, bonus: float | None):
         return score(dev.references, transcribe_set(model, with_setting(weight, bonus), lm, dev))
 
     def progress(trial) -> None:
@@ -221,17 +225,22 @@ def tune_strategy(strategy: str, beam_size: int, model_uri: str, lm_uri: str, ca
     result = tune(base, evaluate, cache, progress)
     report: dict[str, Any] = {
         "strategy": strategy, "head": plan_decoding(model.facts, base).head, "lm_helps": result.lm_helps,
-        "baseline": dataclasses.asdict(result.baseline), "best": dataclasses.asdict(result.best),
-        "trials": [dataclasses.asdict(t) for t in result.trials], "decodes": result.decodes,
+        "baseline": _trial_dict(result.baseline), "best": _trial_dict(result.best),
+        "trials": [_trial_dict(t) for t in result.trials],
+        "decodes": result.decodes,
         "reused": result.reused, "dev_encode_s": round(encode_s, 2), "dev_audio_s": round(dev.audio_s, 2)}
     if test_rows:
         test = encoded(test_rows)
         for name, trial in (("test_baseline", result.baseline), ("test_best", result.best)):
             clock = time.perf_counter()
-            wer, cer = score(test.references,
+            measured = score(test.references,
                              transcribe_set(model, with_setting(trial.lm_weight, trial.bonus), lm, test))
-            report[name] = {"wer": wer, "cer": cer, "decode_s": round(time.perf_counter() - clock, 3)}
+            report[name] = {"wer": measured.wer, "cer": measured.cer, "decode_s": round(time.perf_counter() - clock, 3)}
     return report
+
+
+def _trial_dict(trial) -> dict[str, Any]:
+    return {k: v for k, v in dataclasses.asdict(trial).items() if k != "errors"}
 
 
 def run_tuning(strategies: list[str], **kwargs: Any) -> list[dict[str, Any]]:
@@ -244,7 +253,11 @@ def run_tuning(strategies: list[str], **kwargs: Any) -> list[dict[str, Any]]:
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
         strategy = pending.pop(done[0])
-        results[strategy] = ray.get(done[0])
+        try:
+            results[strategy] = ray.get(done[0])
+        except Exception as error:  # Ray keeps the task's traceback as text: its last line says what failed
+            cause = [line for line in str(error).splitlines() if line.strip()][-1:] or [type(error).__name__]
+            raise BiasError(f"tuning {strategy} failed: {cause[0]}") from None
         print(f"lm_bias: {strategy} tuned ({len(results)}/{len(strategies)})", flush=True)
     return [results[s] for s in strategies]
 
@@ -301,8 +314,9 @@ def report_markdown(report: dict[str, Any]) -> str:
               f"(dev WER {chosen['best']['wer']:.1%}). `jobs/transcribe.py --config {report['decoding_yaml']}` "
               "transcribes with it."]
     if not chosen["lm_helps"]:
-        lines += ["", "No LM setting beat decoding without the LM on dev: the LM is not used. The domain text may "
-                  "not match the dev set's speech."]
+        lines += ["", "No LM setting beat decoding without the LM on dev beyond chance (a lower WER, and more "
+                  "utterances improved than made worse, sign test p < 0.05): the LM is not used. The domain text "
+                  "may not match the dev set's speech."]
     if report.get("plot"):
         lines += ["", f"![dev WER against the LM weight]({report['plot']})"]
     if report.get("transcripts"):
@@ -436,8 +450,8 @@ def run(args: argparse.Namespace, started: float) -> int:
         "decoding_yaml": output.path("decoding.yaml"), "plot": "dev_wer.png", "lm_s": lm_s, "tuning_s": tuning_s}
     output.write(plot_dev_wer(report), "dev_wer.png")
     if not chosen["lm_helps"]:
-        print(f"lm_bias: no LM setting beat {chosen['strategy']} without the LM on dev: the LM is not used",
-              flush=True)
+        print(f"lm_bias: no LM setting beat {chosen['strategy']} without the LM on dev beyond chance: the LM is "
+              "not used", flush=True)
     if args.manifest:
         from pipeline.graph import run_transcription
 

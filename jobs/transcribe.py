@@ -195,8 +195,8 @@ def check_before_starting(config: TranscribeJobConfig) -> None:
         raise SystemExit(f"loopscribe: no model at {model_uri}: pass --model PATH_OR_URI (a NeMo .nemo file)")
     lm_uri = config.decoding.lm_uri
     if lm_uri and not Path(lm_uri).is_file() and "://" not in lm_uri:
-        raise SystemExit(f"loopscribe: no LM at {lm_uri}: pass --lm PATH_OR_URI (a binary from `python jobs/build_lm.py`, "
-                         "or an ARPA file)")
+        raise SystemExit(f"loopscribe: no LM at {lm_uri}: pass --lm PATH_OR_URI (a binary from "
+                         "`python jobs/build_lm.py`, or an ARPA file)")
     if "://" in model_uri:
         return
     from pipeline.nemo_file import LayoutUnavailable, read_model_facts, read_model_layout

@@ -4,9 +4,11 @@ The encoder does not depend on the LM, so a dev set is encoded once (`encode_set
 one decode of the encoder output (`transcribe_set`). The search (`tune`) needs few decodes: a coarse grid of LM
 weights, widened upwards while the best sits at its top edge, then the points halfway to the best one's
 neighbours; for CTC beam search, the insertion bonus on a grid at the best weight, then the weight again at
-the best bonus. Each result is kept in a `TrialCache`, so a rerun decodes only settings not yet tried. An LM
-setting is chosen only where its dev WER is strictly below the same strategy without the LM; among LM settings,
-ties go to the lower CER, then the smaller weight, then the smaller bonus.
+the best bonus. Each result is kept in a `TrialCache`, so a rerun decodes only settings not yet tried. Among LM
+settings the lowest dev WER wins (ties: the lower CER, then the smaller weight, then the smaller bonus); it is
+chosen over decoding without the LM only where it is better beyond chance (`lm_beats_baseline`: a lower WER,
+and a one-sided sign test over utterances at p < 0.05), as a tuned weight finds some setting a word better on
+any small dev set, even for an LM of unrelated text.
 
 Used by `jobs/lm_bias.py` and `benchmarks/accuracy.py`. Scoring is jiwer's WER and CER on the texts as
 decoded.
@@ -30,6 +32,7 @@ COARSE_WEIGHTS = (0.25, 0.5, 1.0, 1.5, 2.0)
 WIDER_WEIGHTS = (3.0, 4.0)  # tried in turn while the best weight is the largest tried
 BONUSES = (0.0, 2.0, 4.0, 6.0)  # CTC beam search's insertion bonus, per label
 START_BONUS = 2.0  # the bonus the weight grid is searched with first
+SIGNIFICANCE = 0.05  # an LM is used only where it improves more dev utterances than it worsens, at this level
 
 
 @dataclass
@@ -69,11 +72,32 @@ def transcribe_set(model, decoding: DecodingConfig, lm, encoded: EncodedSet) -> 
     return texts
 
 
-def score(references: Sequence[str], hypotheses: Sequence[str]) -> tuple[float, float]:
-    """(WER, CER) of the hypotheses against the references, over the whole set."""
+@dataclass(frozen=True)
+class Score:
+    wer: float
+    cer: float
+    errors: tuple[int, ...]  # word errors (substitutions + deletions + insertions) of each utterance
+
+
+def score(references: Sequence[str], hypotheses: Sequence[str]) -> Score:
+    """WER and CER of the hypotheses against the references over the whole set, and each utterance's word
+    errors (for the sign test of `lm_beats_baseline`)."""
     import jiwer
 
-    return jiwer.wer(list(references), list(hypotheses)), jiwer.cer(list(references), list(hypotheses))
+    words = jiwer.process_words(list(references), list(hypotheses))
+    errors = tuple(sum((c.ref_end_idx - c.ref_start_idx) if c.type in ("substitute", "delete")
+                       else (c.hyp_end_idx - c.hyp_start_idx) if c.type == "insert" else 0 for c in alignment)
+                   for alignment in words.alignments)
+    return Score(words.wer, jiwer.cer(list(references), list(hypotheses)), errors)
+
+
+def sign_test_p(better: int, worse: int) -> float:
+    """One-sided p-value of `better` utterances improved against `worse` made worse, if improving and worsening
+    were equally likely (ties left out)."""
+    from math import comb
+
+    n = better + worse
+    return sum(comb(n, k) for k in range(better, n + 1)) / 2**n if n else 1.0
 
 
 def takes_bonus(decoding: DecodingConfig) -> bool:
@@ -87,6 +111,7 @@ class Trial:
     wer: float
     cer: float
     decode_s: float
+    errors: tuple[int, ...] = ()  # word errors of each dev utterance
 
     @property
     def key(self) -> str:
@@ -110,8 +135,8 @@ class TrialCache:
         if stored:
             payload = json.loads(stored)
             if payload.get("identity") == json.loads(json.dumps(identity)):
-                self.trials = {t["key"]: Trial(**{k: v for k, v in t.items() if k != "key"})
-                               for t in payload["trials"]}
+                self.trials = {t["key"]: Trial(**{k: tuple(v) if k == "errors" else v for k, v in t.items()
+                                                  if k != "key"}) for t in payload["trials"]}
 
     def get(self, key: str) -> Trial | None:
         trial = self.trials.get(key)
@@ -146,10 +171,24 @@ class TuningResult:
         return dataclasses.replace(decoding, lm_uri=lm_uri, lm_weight=self.best.lm_weight, ctc_insertion_bonus=bonus)
 
 
-def tune(decoding: DecodingConfig, evaluate: Callable[[float, float | None], tuple[float, float]],
+def lm_beats_baseline(best: Trial, baseline: Trial) -> bool:
+    """Whether the LM setting `best` is better than no LM on dev beyond chance: a lower WER, and more utterances
+    improved than made worse by a one-sided sign test at `SIGNIFICANCE` (where per-utterance errors are known).
+    A tuned weight always finds some setting a word or two better on a small dev set, even for an LM of
+    unrelated text; that is not a reason to use it."""
+    if best.wer >= baseline.wer:
+        return False
+    if not best.errors or len(best.errors) != len(baseline.errors):
+        return True
+    better = sum(b < a for a, b in zip(baseline.errors, best.errors))
+    worse = sum(b > a for a, b in zip(baseline.errors, best.errors))
+    return sign_test_p(better, worse) < SIGNIFICANCE
+
+
+def tune(decoding: DecodingConfig, evaluate: Callable[[float, float | None], Score],
          cache: TrialCache, progress: Callable[[Trial], None] = lambda trial: None) -> TuningResult:
     """The search of the module docstring for one strategy. `evaluate(lm_weight, bonus)` decodes the dev set
-    with that setting (weight 0: no LM) and returns (WER, CER)."""
+    with that setting (weight 0: no LM) and scores it."""
     bonus_used = takes_bonus(decoding)
     tried: list[Trial] = []
     decodes = 0
@@ -163,8 +202,9 @@ def tune(decoding: DecodingConfig, evaluate: Callable[[float, float | None], tup
         found = next((t for t in tried if t.key == key), None) or cache.get(key)
         if found is None:
             started = time.perf_counter()
-            wer, cer = evaluate(weight, bonus)
-            found = Trial(weight, bonus, wer, cer, round(time.perf_counter() - started, 3))
+            measured = evaluate(weight, bonus)
+            found = Trial(weight, bonus, measured.wer, measured.cer, round(time.perf_counter() - started, 3),
+                          measured.errors)
             cache.add(found)
             decodes += 1
         if found not in tried:
@@ -197,5 +237,5 @@ def tune(decoding: DecodingConfig, evaluate: Callable[[float, float | None], tup
         best = best_of([search_weights(best.bonus, weights), best])
     lm_trials = [t for t in tried if t.lm_weight > 0]
     best = best_of(lm_trials) if lm_trials else baseline
-    chosen = best if best.wer < baseline.wer else baseline  # an LM that does not lower dev WER is not used
+    chosen = best if lm_beats_baseline(best, baseline) else baseline
     return TuningResult(decoding.strategy, baseline, chosen, tried, decodes, cache.reused)
