@@ -9,12 +9,13 @@ reported on `test.json` (100). "x greedy" is test WER relative to greedy decodin
 LM (lower is better). The grid is the reference surface; beside its pick, each row shows what the LM biasing
 job's search (`pipeline.tuning.tune`, as `jobs/lm_bias.py` runs it) picks on the same dev set, and how many dev
 decodes each needed (both count the setting without the LM). Both pick by dev WER, then CER, then the smaller
-weight and bonus; the grid always reports its best LM setting, the search falls back to no LM where no LM
-setting lowers dev WER. Encoding, decoding and scoring are `pipeline/tuning.py`'s; the encoder runs once per
-set. "decode s" is one run of decoding alone on the test set, to show what the LM costs here; speed
-comparisons belong to beam.py, ctc.py and ngram.py, which interleave their runs. Also printed: the share of
-encoder frames that blank collapse (at the default threshold, 0.9) leaves to the CTC beam search. Scoring is
-jiwer's WER and CER on the transcripts as decoded.
+weight and bonus; the grid always reports its best LM setting, the search falls back to no LM where its best
+does not beat no LM on dev beyond chance (`pipeline.tuning.lm_beats_baseline`: lower WER and a sign test).
+Encoding, decoding and scoring are `pipeline/tuning.py`'s; the encoder runs once per set. "decode s" is one
+run of decoding alone on the test set, to show what the LM costs here; speed comparisons belong to beam.py,
+ctc.py and ngram.py, which interleave their runs. Also printed: the share of encoder frames that blank
+collapse (at the default threshold, 0.9) leaves to the CTC beam search. Scoring is jiwer's WER and CER on the
+transcripts as decoded.
 
     python benchmarks/accuracy.py            # every strategy, LM weights 0.1-2.0 (and bonuses 0-6)
     python benchmarks/accuracy.py --quick    # four strategies, a grid of one LM setting (the search in full):
@@ -51,6 +52,7 @@ from pipeline.decoding import DecodingConfig, compact_ctc_log_probs, plan_decodi
 from pipeline.nemo_model import AsrModel, load_asr_model  # noqa: E402
 from pipeline.tuning import (  # noqa: E402
     EncodedSet,
+    Score,
     TrialCache,
     encode_set,
     score,
@@ -107,7 +109,7 @@ class Settings:
     def __init__(self, model: AsrModel, base: DecodingConfig, lm: NgramLm, lm_path: str, dev: EncodedSet,
                  test: EncodedSet) -> None:
         self.model, self.base, self.lm, self.lm_path, self.sets = model, base, lm, lm_path, {"dev": dev, "test": test}
-        self.scores: dict[tuple[str, str], tuple[float, float, float]] = {}  # (set, key) -> WER, CER, decode s
+        self.scores: dict[tuple[str, str], tuple[Score, float]] = {}  # (set, key) -> score, decode s
 
     def config(self, weight: float, bonus: float | None) -> DecodingConfig:
         bonus = self.base.ctc_insertion_bonus if bonus is None or not weight else bonus
@@ -118,20 +120,20 @@ class Settings:
         config = self.config(weight, bonus)
         return setting_key(config.lm_weight, config.ctc_insertion_bonus if takes_bonus(config) else None)
 
-    def scored(self, name: str, weight: float, bonus: float | None) -> tuple[float, float, float]:
-        """(WER, CER, decode s) of the set `name` ("dev" or "test") decoded with this setting."""
+    def scored(self, name: str, weight: float, bonus: float | None) -> tuple[Score, float]:
+        """(score, decode s) of the set `name` ("dev" or "test") decoded with this setting."""
         key = (name, self.key(weight, bonus))
         if key not in self.scores:
             encoded = self.sets[name]
             clock = time.perf_counter()
             hypotheses = transcribe_set(self.model, self.config(weight, bonus), self.lm, encoded)
             seconds = time.perf_counter() - clock
-            self.scores[key] = (*score(encoded.references, hypotheses), seconds)
+            self.scores[key] = (score(encoded.references, hypotheses), seconds)
         return self.scores[key]
 
-    def evaluate(self, weight: float, bonus: float | None) -> tuple[float, float]:
-        """`tune`'s evaluate: dev (WER, CER)."""
-        return self.scored("dev", weight, bonus)[:2]
+    def evaluate(self, weight: float, bonus: float | None) -> Score:
+        """`tune`'s evaluate: the dev set's score."""
+        return self.scored("dev", weight, bonus)[0]
 
 
 def grid(settings: Settings, weights: Sequence[float], bonuses: Sequence[float]) -> list[tuple[float, float | None]]:
@@ -143,8 +145,8 @@ def grid(settings: Settings, weights: Sequence[float], bonuses: Sequence[float])
 def pick(settings: Settings, candidates: list[tuple[float, float | None]]) -> tuple[float, float | None]:
     """The LM setting with the lowest dev WER (then CER, the smaller weight, the smaller bonus): `tune`'s order."""
     def order(setting: tuple[float, float | None]) -> tuple[float, float, float, float]:
-        wer, cer, _ = settings.scored("dev", *setting)
-        return wer, cer, setting[0], setting[1] or 0.0
+        measured = settings.scored("dev", *setting)[0]
+        return measured.wer, measured.cer, setting[0], setting[1] or 0.0
 
     return min((c for c in candidates if c[0] > 0), key=order)
 
@@ -199,8 +201,9 @@ def main() -> int:
             chosen = [(0.0, None)] + ([pick(settings, candidates)] if fuse else [])
             searched = tune(decoding, settings.evaluate, TrialCache({})) if fuse else None
             for weight, bonus in chosen:
-                dev_wer = settings.scored("dev", weight, bonus)[0]
-                wer, cer, seconds = settings.scored("test", weight, bonus)
+                dev_wer = settings.scored("dev", weight, bonus)[0].wer
+                measured, seconds = settings.scored("test", weight, bonus)
+                wer, cer = measured.wer, measured.cer
                 plan = plan_decoding(model.facts, settings.config(weight, bonus))
                 head = plan.head
                 if not plan.fuses_lm and not plan.strategy.beam and not plan.strategy.windowed:  # the greedy rows
@@ -208,13 +211,13 @@ def main() -> int:
                 result = {"strategy": name, "head": head, "lm_weight": weight, "insertion_bonus": bonus,
                           "dev_wer": dev_wer, "test_wer": wer, "test_cer": cer, "decode_s": seconds,
                           "grid_decodes": len(candidates) if weight else None,
-                          "dev_wer_by_setting": ({settings.key(*c): settings.scored("dev", *c)[0] for c in candidates}
-                                                 if weight else None)}
+                          "dev_wer_by_setting": ({settings.key(*c): settings.scored("dev", *c)[0].wer
+                                                  for c in candidates} if weight else None)}
                 if weight and searched is not None:
                     best = searched.best
                     result["tune"] = {"lm_weight": best.lm_weight, "insertion_bonus": best.bonus if best.lm_weight
                                       else None, "dev_wer": best.wer, "dev_cer": best.cer,
-                                      "test_wer": settings.scored("test", best.lm_weight, best.bonus)[0],
+                                      "test_wer": settings.scored("test", best.lm_weight, best.bonus)[0].wer,
                                       "decodes": searched.decodes, "lm_helps": searched.lm_helps,
                                       "tried": [t.key for t in searched.trials]}
                 results.append(result)

@@ -70,7 +70,8 @@ def transcription_run(decoding: DecodingConfig, manifest: Path, output: Path, ca
     table = sink.read_output(str(output), columns=[schema.STATUS, schema.REFERENCE_TEXT, schema.TEXT])
     if set(table.column(schema.STATUS).to_pylist()) != {schema.STATUS_OK}:
         raise RuntimeError(f"{name(decoding)}: the job wrote error rows")
-    return score(table.column(schema.REFERENCE_TEXT).to_pylist(), table.column(schema.TEXT).to_pylist())
+    measured = score(table.column(schema.REFERENCE_TEXT).to_pylist(), table.column(schema.TEXT).to_pylist())
+    return measured.wer, measured.cer
 
 
 def main() -> int:
@@ -125,7 +126,8 @@ def main() -> int:
 
         for index, decoding in enumerate(tried):
             clock = time.perf_counter()
-            wer_a, cer_a = score(dev.references, transcribe_set(model, decoding, lm, dev))
+            measured = score(dev.references, transcribe_set(model, decoding, lm, dev))
+            wer_a, cer_a = measured.wer, measured.cer
             seconds_a = time.perf_counter() - clock
             clock = time.perf_counter()
             wer_b, cer_b = transcription_run(decoding, manifest, work / f"out{index}", work / "cache", args.threads)
@@ -155,7 +157,7 @@ def main() -> int:
     for r in rows:
         print(f"| {r['setting']} | {r['wer_a']:.2%} | {r['wer_b']:.2%} | {r['seconds_a']:.2f} | "
               f"{r['seconds_b']:.1f} |")
-    print(f"| total, {len(rows)} settings | | | {total_a:.1f} | {total_b:.1f} |")
+    print(f"| total, {len(rows)} setting{'s' if len(rows) != 1 else ''} | | | {total_a:.1f} | {total_b:.1f} |")
     print(f"(b) / (a): {total_b / total_a:.1f}x in total; a setting alone, (b)'s run over (a)'s decode: "
           f"{total_b / max(total_a - load_s - encode_s, 1e-9):.0f}x; "
           f"WER equal in {equal} of {len(rows)} settings")

@@ -3,12 +3,13 @@
 The encoder does not depend on the LM, so a dev set is encoded once (`encode_set`) and each setting tried costs
 one decode of the encoder output (`transcribe_set`). The search (`tune`) needs few decodes: a coarse grid of LM
 weights, widened upwards while the best sits at its top edge, then the points halfway to the best one's
-neighbours; for CTC beam search, the insertion bonus on a grid at the best weight, then the weight again at
-the best bonus. Each result is kept in a `TrialCache`, so a rerun decodes only settings not yet tried. Among LM
-settings the lowest dev WER wins (ties: the lower CER, then the smaller weight, then the smaller bonus); it is
-chosen over decoding without the LM only where it is better beyond chance (`lm_beats_baseline`: a lower WER,
-and a one-sided sign test over utterances at p < 0.05), as a tuned weight finds some setting a word better on
-any small dev set, even for an LM of unrelated text.
+neighbours; for CTC beam search, the insertion bonus on a grid at the best weight, the weight again at the best
+bonus, then steps along the ridge where a larger weight wants a larger bonus (token LMs favour short outputs,
+which the bonus pays back) while they improve. Each result is kept in a `TrialCache`, so a rerun decodes only
+settings not yet tried. Among LM settings the lowest dev WER wins (ties: the lower CER, then the smaller weight,
+then the smaller bonus); it is chosen over decoding without the LM only where it is better beyond chance
+(`lm_beats_baseline`: a lower WER, and a one-sided sign test over utterances at p < 0.05), as a tuned weight
+finds some setting a word better on any small dev set, even for an LM of unrelated text.
 
 Used by `jobs/lm_bias.py` and `benchmarks/accuracy.py`. Scoring is jiwer's WER and CER on the texts as
 decoded.
@@ -32,6 +33,8 @@ COARSE_WEIGHTS = (0.25, 0.5, 1.0, 1.5, 2.0)
 WIDER_WEIGHTS = (3.0, 4.0)  # tried in turn while the best weight is the largest tried
 BONUSES = (0.0, 2.0, 4.0, 6.0)  # CTC beam search's insertion bonus, per label
 START_BONUS = 2.0  # the bonus the weight grid is searched with first
+RIDGE_STEPS = 3  # CTC beam: rounds of steps from the best (weight x WEIGHT_STEP, bonus + BONUS_STEP) at most
+WEIGHT_STEP, BONUS_STEP = 1.2, 2.0
 SIGNIFICANCE = 0.05  # an LM is used only where it improves more dev utterances than it worsens, at this level
 
 
@@ -235,6 +238,14 @@ def tune(decoding: DecodingConfig, evaluate: Callable[[float, float | None], Sco
         best = best_of([trial(best.lm_weight, b) for b in BONUSES] + [best])
         weights = sorted({best.lm_weight * f for f in (0.75, 1.0, 1.25)})
         best = best_of([search_weights(best.bonus, weights), best])
+        for _ in range(RIDGE_STEPS):  # weight and bonus trade off along a ridge: step along it and across it
+            moves = [(best.lm_weight * WEIGHT_STEP, best.bonus + BONUS_STEP),
+                     (best.lm_weight / WEIGHT_STEP, max(best.bonus - BONUS_STEP, 0.0)),
+                     (best.lm_weight * WEIGHT_STEP, best.bonus), (best.lm_weight, best.bonus + BONUS_STEP)]
+            moved = best_of([best] + [trial(w, b) for w, b in moves])
+            if moved == best:
+                break
+            best = moved
     lm_trials = [t for t in tried if t.lm_weight > 0]
     best = best_of(lm_trials) if lm_trials else baseline
     chosen = best if lm_beats_baseline(best, baseline) else baseline
