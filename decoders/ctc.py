@@ -22,6 +22,7 @@ import math
 import torch
 from torch import Tensor
 
+from decoders.confidence import ConfidenceConfig, ctc_token_confidence, token_confidence
 from decoders.fusion import check_lm_device, check_lm_vocab_size, lm_for_fusion
 from decoders.hypotheses import BatchedHypotheses
 from decoders.protocols import LanguageModel
@@ -124,13 +125,17 @@ class CtcGreedy:
         lm_weight: float = 0.0,
         *,
         device: torch.device | str | None = None,
+        confidence: ConfidenceConfig | None = None,
     ) -> None:
+        """`confidence`: carry per-token confidence (`hypotheses.token_confidence`, NeMo's CTC rules, see
+        `decoders.confidence`); None costs nothing."""
         if blank_id < 0:
             raise ValueError(f"blank_id must be >= 0, got {blank_id}")
         self.blank_id = blank_id
         self.lm_weight = float(lm_weight)
         # the labels come with each input: lm.vocab_size is checked against them per call
         self.lm = lm_for_fusion(lm, self.lm_weight, None, device)
+        self.confidence = confidence
 
     @torch.no_grad()
     def __call__(self, log_probs: Tensor, lengths: Tensor) -> BatchedHypotheses:
@@ -141,14 +146,25 @@ class CtcGreedy:
             check_lm_vocab_size(self.lm, log_probs.shape[2] - 1)
             check_lm_device(self.lm, log_probs.device, "log_probs")
             if log_probs.shape[2] > 1:  # with blank alone there is nothing to fuse
-                return self._decode_with_lm(log_probs, lengths)
+                return self._with_confidence(log_probs, lengths, *self._decode_with_lm(log_probs, lengths))
         best_scores, labels = log_probs.max(dim=-1)  # [B, T]
         previous = torch.cat([torch.full_like(labels[:, :1], self.blank_id), labels[:, :-1]], dim=1)
         inside = torch.arange(log_probs.shape[1], device=log_probs.device) < lengths.unsqueeze(1)
         emitted = inside & (labels != self.blank_id) & (labels != previous)
-        return _gather_emitted(emitted, labels, best_scores, torch.zeros_like(best_scores))
+        hypotheses = _gather_emitted(emitted, labels, best_scores, torch.zeros_like(best_scores))
+        return self._with_confidence(log_probs, lengths, hypotheses, labels, emitted)
 
-    def _decode_with_lm(self, log_probs: Tensor, lengths: Tensor) -> BatchedHypotheses:
+    def _with_confidence(self, log_probs: Tensor, lengths: Tensor, hypotheses: BatchedHypotheses, labels: Tensor,
+                         emitted: Tensor) -> BatchedHypotheses:
+        """Attach per-token confidence from the frame measures of log_probs [B, T, V] (if configured)."""
+        if self.confidence is not None:
+            frame_confidence = token_confidence(log_probs, self.confidence)  # [B, T]
+            hypotheses.token_confidence = ctc_token_confidence(
+                frame_confidence, labels, emitted, lengths, self.blank_id, self.confidence, hypotheses.capacity)
+        return hypotheses
+
+    def _decode_with_lm(self, log_probs: Tensor, lengths: Tensor) -> tuple[BatchedHypotheses, Tensor, Tensor]:
+        """-> hypotheses, and the label [B, T] and whether a token starts [B, T] of every frame."""
         batch_size, max_time, _ = log_probs.shape
         device, blank_id, lm = log_probs.device, self.blank_id, self.lm
         batch_indices = torch.arange(batch_size, device=device)
@@ -177,7 +193,8 @@ class CtcGreedy:
             all_lm_scores[:, t] = torch.where(emit, lm_scores[batch_indices, labels], 0.0)
             emitted[:, t] = emit
             last_labels = labels
-        return _gather_emitted(emitted, all_labels, all_scores, self.lm_weight * all_lm_scores)
+        hypotheses = _gather_emitted(emitted, all_labels, all_scores, self.lm_weight * all_lm_scores)
+        return hypotheses, all_labels, emitted
 
 
 def _gather_emitted(emitted: Tensor, labels: Tensor, token_scores: Tensor, extra_scores: Tensor) -> BatchedHypotheses:

@@ -39,6 +39,7 @@ class BatchedHypotheses:
         device: torch.device | str = "cpu",
         float_dtype: torch.dtype = torch.float32,
         with_durations: bool = False,
+        with_confidence: bool = False,
     ) -> None:
         capacity = max(int(capacity), 1)
         self.batch_size = batch_size
@@ -47,6 +48,10 @@ class BatchedHypotheses:
         self.frame_indices = torch.zeros(batch_size, capacity, dtype=torch.long, device=device)
         self.durations = torch.zeros(batch_size, capacity, dtype=torch.long, device=device) if with_durations else None
         self.token_scores = torch.zeros(batch_size, capacity, dtype=float_dtype, device=device)
+        # per-token confidence in [0, 1] (decoders given a ConfidenceConfig), else None
+        self.token_confidence = (
+            torch.zeros(batch_size, capacity, dtype=float_dtype, device=device) if with_confidence else None
+        )
         self.token_lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.scores = torch.zeros(batch_size, dtype=float_dtype, device=device)
         # frame of the last label and how many labels in a row were emitted on it (for max_symbols)
@@ -86,6 +91,8 @@ class BatchedHypotheses:
         self.token_scores = grow(self.token_scores)
         if self.durations is not None:
             self.durations = grow(self.durations)
+        if self.token_confidence is not None:
+            self.token_confidence = grow(self.token_confidence)
 
     def append_(
         self,
@@ -94,8 +101,10 @@ class BatchedHypotheses:
         frame_indices: Tensor,
         scores: Tensor,
         durations: Tensor | None = None,
+        confidence: Tensor | None = None,
     ) -> None:
-        """For rows where mask [B] is True, append labels [B] emitted at frame_indices [B] with scores [B]."""
+        """For rows where mask [B] is True, append labels [B] emitted at frame_indices [B] with scores [B]
+        (and confidence [B], for hypotheses that carry it)."""
         positions = self.token_lengths.clamp(max=self.capacity - 1)
         rows = self._batch_indices
 
@@ -109,6 +118,8 @@ class BatchedHypotheses:
             if durations is None:
                 raise ValueError("durations are required: these hypotheses were created with_durations=True")
             write(self.durations, durations)
+        if self.token_confidence is not None and confidence is not None:
+            write(self.token_confidence, confidence)
         self.token_lengths += mask
         self.scores += torch.where(mask, scores.to(self.scores.dtype), 0.0)
         same_frame = frame_indices == self.last_frame
@@ -126,6 +137,9 @@ class BatchedHypotheses:
         out.frame_indices = self.frame_indices[:batch_size, :length].clone()
         out.durations = self.durations[:batch_size, :length].clone() if self.durations is not None else None
         out.token_scores = self.token_scores[:batch_size, :length].clone()
+        out.token_confidence = (
+            self.token_confidence[:batch_size, :length].clone() if self.token_confidence is not None else None
+        )
         out.token_lengths = self.token_lengths[:batch_size].clone()
         out.scores = self.scores[:batch_size].clone()
         out.last_frame = self.last_frame[:batch_size].clone()
@@ -142,6 +156,7 @@ class BatchedHypotheses:
         durations = self.durations.cpu().tolist() if self.durations is not None else None
         token_scores = self.token_scores.double().cpu().tolist()
         scores = self.scores.double().cpu().tolist()
+        confidence = self.token_confidence.double().cpu().tolist() if self.token_confidence is not None else None
         return [
             Hypothesis(
                 tokens=tokens[b][:n],
@@ -149,6 +164,7 @@ class BatchedHypotheses:
                 durations=durations[b][:n] if durations is not None else None,
                 token_scores=token_scores[b][:n],
                 score=scores[b],
+                confidence=confidence[b][:n] if confidence is not None else None,
             )
             for b, n in enumerate(lengths)
         ]

@@ -35,6 +35,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from decoders.confidence import (
+    ConfidenceConfig,
+    aggregate_pair,
+    aggregation_identity,
+    combine,
+    reduce_masked,
+    token_confidence,
+)
 from decoders.fusion import check_lm_device, lm_for_fusion
 from decoders.hypotheses import BatchedHypotheses
 from decoders.protocols import LanguageModel, PredictorState, TransducerModel
@@ -100,7 +108,7 @@ class _LoopState:
     """
 
     def __init__(self, model: TransducerModel, encoder_projected: Tensor, hypotheses_capacity: int,
-                 lm: LanguageModel | None = None) -> None:
+                 lm: LanguageModel | None = None, with_confidence: bool = False) -> None:
         batch_size, max_time, _ = encoder_projected.shape
         device, dtype = encoder_projected.device, encoder_projected.dtype
         long = dict(dtype=torch.long, device=device)
@@ -124,7 +132,14 @@ class _LoopState:
         self.prediction = encoder_projected.new_zeros(batch_size, encoder_projected.shape[-1])  # projected
         self.predictor_state = model.initial_state(batch_size, device, dtype)
         self.hypotheses = BatchedHypotheses(batch_size, hypotheses_capacity, device, dtype,
-                                            with_durations=len(model.durations) > 0)
+                                            with_durations=len(model.durations) > 0,
+                                            with_confidence=with_confidence)
+        # confidence: that of the step that found `labels`, and the running aggregate (mean: sum) and count
+        # of the blank steps since each row's last label (they join that label when the next one is stored)
+        confidence_size = batch_size if with_confidence else 0
+        self.label_confidence = torch.zeros(confidence_size, dtype=dtype, device=device)
+        self.blank_confidence = torch.zeros(confidence_size, dtype=dtype, device=device)
+        self.blank_count = torch.zeros(confidence_size, **long)
         # shallow fusion: each row's LM state, and lm_weight * the LM's scores and the next states for every
         # label from it (computed once per label emitted, read by every search step until the next one)
         self.lm_states = torch.zeros(batch_size if lm is not None else 0, **long)
@@ -137,8 +152,11 @@ class LabelLoopingGreedy:
     """Label-looping greedy search for RNN-T and TDT, optionally with a WIND window (see module docstring)."""
 
     def __init__(self, model: TransducerModel, config: GreedyConfig = GreedyConfig(),
-                 lm: LanguageModel | None = None, *, device: torch.device | str | None = None) -> None:
-        """`device`: where inputs will be, so where the LM is moved, once (None: the LM stays where it is)."""
+                 lm: LanguageModel | None = None, *, device: torch.device | str | None = None,
+                 confidence: ConfidenceConfig | None = None) -> None:
+        """`device`: where inputs will be, so where the LM is moved, once (None: the LM stays where it is).
+        `confidence`: carry per-token confidence (`hypotheses.token_confidence`), NeMo's rules (see
+        `decoders.confidence`); None costs nothing."""
         if lm is not None and model.blank_id != model.vocab_size:
             raise ValueError(f"LM fusion needs blank_id == vocab_size (NeMo's layout), got {model.blank_id}")
         self.model = model
@@ -148,6 +166,7 @@ class LabelLoopingGreedy:
         self.is_tdt = len(model.durations) > 0
         self._durations_cache: dict[torch.device, Tensor] = {}
         self._graphs: _CudaGraphsRunner | None = None
+        self.confidence = confidence
 
     # --- public face -----------------------------------------------------------------------------------
     @torch.no_grad()
@@ -173,7 +192,8 @@ class LabelLoopingGreedy:
         max_time = encoder_output.shape[1]
         encoder_projected = self.model.project_encoder(encoder_output)
         # one label per utterance per outer iteration: start small and grow between iterations (no sync)
-        state = _LoopState(self.model, encoder_projected, hypotheses_capacity=max_time + 1, lm=self.lm)
+        state = _LoopState(self.model, encoder_projected, hypotheses_capacity=max_time + 1, lm=self.lm,
+                           with_confidence=self.confidence is not None)
         state.encoder_lengths.copy_(encoder_lengths)
         self._start(state)
         outer_iterations = 0
@@ -184,6 +204,7 @@ class LabelLoopingGreedy:
             outer_iterations += 1
             state.hypotheses.ensure_capacity_(outer_iterations)
             self._after_search(state, compact=True)
+        self._finish_confidence(state)
         return state.hypotheses
 
     def _start(self, state: _LoopState) -> None:
@@ -198,6 +219,9 @@ class LabelLoopingGreedy:
         for buffer, value in zip(state.predictor_state, predictor_state):
             buffer.copy_(value)
         state.hypotheses.reset_()
+        if self.confidence is not None:
+            state.blank_confidence.fill_(aggregation_identity(self.confidence.aggregation))
+            state.blank_count.zero_()
         if self.lm is not None:
             state.lm_states.copy_(self.lm.initial_states(state.batch_size))
             self._advance_lm(state)
@@ -246,10 +270,26 @@ class LabelLoopingGreedy:
                 durations = None
                 jumps = is_blank.long()
             offsets = torch.zeros_like(state.time)
+            confidence_parts = None
+            if self.confidence is not None:
+                step_confidence = self._step_confidence(logits)  # [B]
+                counted = is_blank & self._counts_blank(state, frames)
+                blank_confidence, blank_count = reduce_masked(
+                    self.confidence.aggregation, step_confidence.unsqueeze(1), counted.unsqueeze(1))
+                confidence_parts = step_confidence, blank_confidence, blank_count
         else:
-            labels, scores, durations, offsets, jumps = self._search_window(state, window)
+            labels, scores, durations, offsets, jumps, confidence_parts = self._search_window(state, window)
 
         mask = state.step_mask
+        if confidence_parts is not None:
+            label_confidence, blank_confidence, blank_count = confidence_parts
+            aggregation = self.confidence.aggregation
+            torch.where(mask, label_confidence.to(state.label_confidence.dtype), state.label_confidence,
+                        out=state.label_confidence)
+            if not self.confidence.exclude_blank:
+                merged = combine(aggregation, state.blank_confidence, blank_confidence.to(state.blank_confidence.dtype))
+                torch.where(mask, merged, state.blank_confidence, out=state.blank_confidence)
+                state.blank_count += torch.where(mask, blank_count, 0)
         torch.where(mask, labels, state.labels, out=state.labels)
         torch.where(mask, scores.to(state.label_scores.dtype), state.label_scores, out=state.label_scores)
         if durations is not None:
@@ -259,11 +299,38 @@ class LabelLoopingGreedy:
         torch.less(state.time, state.encoder_lengths, out=state.active)
         torch.logical_and(state.active, state.labels == self.model.blank_id, out=state.advance)
 
-    def _search_window(self, state: _LoopState, window: int) -> tuple[Tensor, Tensor, Tensor | None, Tensor, Tensor]:
+    def _step_confidence(self, logits: Tensor) -> Tensor:
+        """logits [..., V (+N)] -> the confidence of each step [...] (TDT with durations: label and duration
+        measures aggregated, as NeMo does)."""
+        config = self.confidence
+        label_log_probs = torch.log_softmax(logits[..., :self.num_labels], dim=-1)
+        confidence = token_confidence(label_log_probs, config, self.num_labels)
+        if self.is_tdt and config.tdt_include_duration:
+            duration_log_probs = torch.log_softmax(logits[..., self.num_labels:], dim=-1)
+            duration_confidence = token_confidence(duration_log_probs, config, self.num_labels)  # NeMo: V labels
+            confidence = aggregate_pair(config.aggregation, confidence, duration_confidence)
+        return confidence
+
+    def _counts_blank(self, state: _LoopState, frames: Tensor) -> Tensor:
+        """frames [B] or [B, W] -> whether a blank step there joins the row's last label (NeMo): any blank
+        after a label for TDT; for RNN-T, blanks on frames after the label's own frame."""
+        hypotheses = state.hypotheses
+        token_lengths, last_frame = hypotheses.token_lengths, hypotheses.last_frame
+        if frames.dim() == 2:
+            token_lengths, last_frame = token_lengths.unsqueeze(1), last_frame.unsqueeze(1)
+        counted = (token_lengths > 0).expand_as(frames)
+        if not self.is_tdt:
+            counted = counted & (frames != last_frame)
+        return counted
+
+    def _search_window(
+        self, state: _LoopState, window: int
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor, Tensor, tuple[Tensor, Tensor, Tensor] | None]:
         """WIND: the joint on frames time .. time+W-1 at once; follow blanks to the first label among them.
 
-        Returns labels, scores, durations (TDT), the offset of the label within the window, and how far
-        `time` moves (to after the label's duration, or past the blanks when the window holds no label).
+        Returns labels, scores, durations (TDT), the offset of the label within the window, how far
+        `time` moves (to after the label's duration, or past the blanks when the window holds no label), and,
+        with confidence, that of the label's step and the aggregate and count of the blank steps before it.
         """
         offsets = torch.arange(window, device=state.time.device)
         frames = state.time.unsqueeze(1) + offsets  # [B, W]
@@ -279,6 +346,8 @@ class LabelLoopingGreedy:
         else:  # the LM state is the same on every frame of the window: no label is emitted inside it
             scores, labels = _fused_label_scores(logits, self.num_labels, lm_term.unsqueeze(1))  # [B, W]
         is_label = (labels != self.model.blank_id) & inside
+        step_confidence = self._step_confidence(logits) if self.confidence is not None else None  # [B, W]
+        visited_blanks = torch.zeros_like(inside)  # [B, W] blank steps on the way to the label
         if self.is_tdt:
             durations = self._durations_on(logits.device)[logits[..., self.num_labels:].argmax(dim=-1)]  # [B, W]
             # follow the chain of blanks, each moving max(duration, 1) frames, until a label or the window end
@@ -287,6 +356,7 @@ class LabelLoopingGreedy:
             for _ in range(window):
                 safe = position.clamp(max=window - 1).unsqueeze(1)
                 moving = (position < window) & ~is_label.gather(1, safe).squeeze(1) & inside.gather(1, safe).squeeze(1)
+                visited_blanks.scatter_(1, safe, moving.unsqueeze(1) | visited_blanks.gather(1, safe))
                 position = position + torch.where(moving, blank_jumps.gather(1, safe).squeeze(1), 0)
             safe = position.clamp(max=window - 1).unsqueeze(1)
             found = (position < window) & is_label.gather(1, safe).squeeze(1)
@@ -296,10 +366,16 @@ class LabelLoopingGreedy:
             position = torch.where(found, is_label.int().argmax(dim=1), window)  # argmax: the first label
             safe = position.clamp(max=window - 1).unsqueeze(1)
             label_durations = None
+            visited_blanks = inside & (offsets < position.unsqueeze(1))
         labels = torch.where(found, labels.gather(1, safe).squeeze(1), self.model.blank_id)
         scores = scores.gather(1, safe).squeeze(1)
         jumps = position + label_durations * found if label_durations is not None else position
-        return labels, scores, label_durations, position, jumps
+        confidence_parts = None
+        if step_confidence is not None:
+            counted = visited_blanks & self._counts_blank(state, state.time.unsqueeze(1) + offsets)
+            blank_confidence, blank_count = reduce_masked(self.confidence.aggregation, step_confidence, counted)
+            confidence_parts = step_confidence.gather(1, safe).squeeze(1), blank_confidence, blank_count
+        return labels, scores, label_durations, position, jumps, confidence_parts
 
     def _after_search(self, state: _LoopState, compact: bool = False) -> None:
         """Store found labels, run the prediction network once for the batch, apply max_symbols.
@@ -308,8 +384,11 @@ class LabelLoopingGreedy:
         the rows that found a label and no others; CUDA graphs need the fixed-shape step over every row.
         """
         torch.logical_and(state.active_before, state.labels != self.model.blank_id, out=state.found)
+        if self.confidence is not None:
+            self._close_label_confidence(state, state.found)
         state.hypotheses.append_(state.found, state.labels, state.label_time, state.label_scores,
-                                 state.label_durations if self.is_tdt else None)
+                                 state.label_durations if self.is_tdt else None,
+                                 state.label_confidence if self.confidence is not None else None)
         rows = state.found.nonzero().squeeze(1) if compact else None
         if rows is not None and len(rows) < state.batch_size:
             if len(rows) > 0:
@@ -339,6 +418,31 @@ class LabelLoopingGreedy:
         forced &= hypotheses.last_frame_count >= self.config.max_symbols
         state.time += forced
         torch.less(state.time, state.encoder_lengths, out=state.active)
+
+
+    def _close_label_confidence(self, state: _LoopState, rows: Tensor) -> None:
+        """For rows [B] (bool), fold the blank steps counted since the last label into that label's
+        confidence and start the count again (exclude_blank: nothing to fold)."""
+        config = self.confidence
+        if config.exclude_blank:
+            return
+        hypotheses = state.hypotheses
+        positions = (hypotheses.token_lengths - 1).clamp(min=0)
+        batch_rows = state.batch_indices
+        own = hypotheses.token_confidence[batch_rows, positions]
+        if config.aggregation == "mean":
+            closed = (own + state.blank_confidence) / (1 + state.blank_count).to(own.dtype)
+        else:
+            closed = combine(config.aggregation, own, state.blank_confidence)
+        write = rows & (hypotheses.token_lengths > 0)
+        hypotheses.token_confidence[batch_rows, positions] = torch.where(write, closed, own)
+        state.blank_confidence.masked_fill_(rows, aggregation_identity(config.aggregation))
+        state.blank_count.masked_fill_(rows, 0)
+
+    def _finish_confidence(self, state: _LoopState) -> None:
+        """After the loop: each row's last label takes the blank steps after it."""
+        if self.confidence is not None:
+            self._close_label_confidence(state, torch.ones_like(state.found))
 
 
 def capture_cuda_graphs(pieces: dict[str, Callable[[], None]],
@@ -379,7 +483,7 @@ class _CudaGraphsRunner:
         max_time = max(64, ((max_time + 63) // 64) * 64)  # round up so nearby lengths reuse the graphs
         buffer = encoder_projected.new_zeros(batch_size, max_time, encoder_projected.shape[-1])
         self.state = _LoopState(decoder.model, buffer, hypotheses_capacity=max_time * decoder.config.max_symbols,
-                                lm=decoder.lm)
+                                lm=decoder.lm, with_confidence=decoder.confidence is not None)
         steps = {
             "start": lambda: decoder._start(self.state),
             "first": lambda: decoder._first_search(self.state),
@@ -406,6 +510,7 @@ class _CudaGraphsRunner:
             while bool(state.advance.any()):
                 self.graphs["inner"].replay()
             self.graphs["after"].replay()
+        self.decoder._finish_confidence(state)
         return state.hypotheses.select(batch_size)
 
 
