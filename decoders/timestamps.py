@@ -34,6 +34,7 @@ class Span:
     end_frame: int
     start_s: float
     end_s: float
+    pieces: tuple[int, int] | None = None  # words: the first and last index of the pieces it is made of
 
 
 def ctc_frame_spans(frame_indices: Sequence[int]) -> list[tuple[int, int]]:
@@ -105,7 +106,7 @@ def word_spans(
     """
     if not (len(pieces) == len(texts) == len(frame_spans)):
         raise ValueError(f"got {len(pieces)} pieces, {len(texts)} texts and {len(frame_spans)} spans")
-    words: list[list] = []  # [text, start_frame, end_frame]
+    words: list[list] = []  # [text, start_frame, end_frame, first piece, last piece]
     built: list[str] = []
     first = 0  # index of the built word's first piece
     for index, (piece, text) in enumerate(zip(pieces, texts)):
@@ -114,13 +115,15 @@ def word_spans(
         opens = piece != text or (text == " " and following not in punctuation)
         if opens and not is_punctuation:
             if built:
-                words.append([pieces_to_text(built), frame_spans[first][0], frame_spans[index - 1][1]])
+                words.append([pieces_to_text(built), frame_spans[first][0], frame_spans[index - 1][1], first,
+                              index - 1])
             built = []
             if text != " ":
                 built, first = [piece], index
         elif is_punctuation and not built and words:
             words[-1][2] = frame_spans[index][1]
             words[-1][0] = words[-1][0].removesuffix(" ") + text
+            words[-1][4] = index
         elif is_punctuation and built:
             if built[-1] in (" ", "_", WORD_START):
                 built.pop()
@@ -131,7 +134,8 @@ def word_spans(
             built.append(piece)
     if built:
         words.append([pieces_to_text(built), frame_spans[first][0] if words else frame_spans[0][0],
-                      frame_spans[-1][1]])
+                      frame_spans[-1][1], first, len(pieces) - 1])
     if words:
         words[0][1] = frame_spans[0][0]
-    return [Span(text, start, end, start * frame_shift_s, end * frame_shift_s) for text, start, end in words if text]
+    return [Span(text, start, end, start * frame_shift_s, end * frame_shift_s, (first_piece, last_piece))
+            for text, start, end, first_piece, last_piece in words if text]

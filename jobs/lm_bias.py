@@ -102,11 +102,11 @@ def chosen_strategies(model_path: str, asked: list[str] | None) -> list[str]:
     supported = strategies_for(facts)
     if not asked:
         return [s for s in DEFAULT_STRATEGIES if s in supported]
-    for strategy in asked:
-        if strategy not in STRATEGIES:
-            raise BiasError(f"--strategies: unknown {strategy!r} (known: {', '.join(STRATEGIES)})")
+    for name in asked:
+        if name not in STRATEGIES:
+            raise BiasError(f"--strategies: unknown {name!r} (known: {', '.join(STRATEGIES)})")
         try:
-            plan_decoding(facts, DecodingConfig(strategy=strategy), model_name=model_path)
+            plan_decoding(facts, DecodingConfig(strategy=name), model_name=model_path)
         except DecodingError as error:
             raise BiasError(str(error)) from None
     return list(dict.fromkeys(asked))
@@ -248,7 +248,7 @@ def run_tuning(strategies: list[str], **kwargs: Any) -> list[dict[str, Any]]:
     import ray
 
     task = ray.remote(num_cpus=1, max_retries=1)(tune_strategy)
-    pending = {task.remote(strategy, **kwargs): strategy for strategy in strategies}
+    pending = {task.remote(name, **kwargs): name for name in strategies}
     results: dict[str, dict[str, Any]] = {}
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)

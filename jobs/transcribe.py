@@ -115,6 +115,20 @@ def parser() -> argparse.ArgumentParser:
     dec.add_argument("--ctc-beam-threshold", type=float,
                      help=f"ctc_beam: drop candidates this far (log-prob) below the best (default: "
                           f"{decoding.ctc_beam_threshold:g})")
+    conf = p.add_argument_group("confidence (greedy strategies; NeMo's ConfidenceConfig names and defaults)")
+    conf.add_argument("--confidence", action="store_true", default=None,
+                      help="fill words[].confidence and the utterance's `confidence` column")
+    conf.add_argument("--confidence-method", choices=("max_prob", "entropy"),
+                      help=f"the measure (default: {decoding.confidence_method})")
+    conf.add_argument("--entropy-type", choices=("gibbs", "tsallis", "renyi"),
+                      help=f"entropy measure (default: {decoding.entropy_type})")
+    conf.add_argument("--confidence-alpha", type=float, help=f"alpha (default: {decoding.confidence_alpha:g})")
+    conf.add_argument("--entropy-norm", choices=("exp", "lin"),
+                      help=f"entropy normalisation (default: {decoding.entropy_norm})")
+    conf.add_argument("--confidence-aggregation", choices=("min", "max", "mean", "prod"),
+                      help=f"tokens -> words -> utterance (default: {decoding.confidence_aggregation})")
+    conf.add_argument("--confidence-include-blank", dest="confidence_exclude_blank", action="store_false",
+                      default=None, help="count the blank steps beside each token (default: excluded)")
     res = p.add_argument_group("resources")
     res.add_argument("--device", choices=("auto", "cpu", "cuda"),
                      help=f"where the ASR actors run; auto: cuda when the cluster has GPUs (default: "
@@ -173,7 +187,11 @@ def config_from_args(args: argparse.Namespace) -> TranscribeJobConfig:
                 "lm_weight": args.lm_weight, "pruning": args.pruning, "blank_lm_scoring": args.blank_lm_scoring,
                 "ctc_collapse_threshold": args.ctc_collapse_threshold,
                 "ctc_insertion_bonus": args.ctc_insertion_bonus, "ctc_beam_threshold": args.ctc_beam_threshold,
-                "use_cuda_graphs": args.use_cuda_graphs,
+                "use_cuda_graphs": args.use_cuda_graphs, "confidence": args.confidence,
+                "confidence_method": args.confidence_method, "entropy_type": args.entropy_type,
+                "confidence_alpha": args.confidence_alpha, "entropy_norm": args.entropy_norm,
+                "confidence_aggregation": args.confidence_aggregation,
+                "confidence_exclude_blank": args.confidence_exclude_blank,
             },
             "resources": {
                 "device": args.device, "asr_actors": args.asr_actors, "audio_actors": args.audio_actors,

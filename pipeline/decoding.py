@@ -33,6 +33,7 @@ from pipeline.redact import redact
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from decoders.confidence import ConfidenceConfig
     from decoders.hypotheses import BatchedHypotheses, Hypothesis
     from decoders.ngram.lm import NgramLm
     from decoders.protocols import LanguageModel
@@ -65,6 +66,14 @@ class DecodingConfig:
     ctc_insertion_bonus: float = 0.0  # ctc_beam: added per label
     ctc_beam_threshold: float = 20.0  # ctc_beam: drop candidates this far below the best
     use_cuda_graphs: bool = True  # transducer greedy and beam loops replay CUDA graphs on a GPU
+    # word and utterance confidence (greedy strategies), with NeMo's ConfidenceConfig names and defaults
+    confidence: bool = False
+    confidence_method: Literal["max_prob", "entropy"] = "entropy"
+    entropy_type: Literal["gibbs", "tsallis", "renyi"] = "tsallis"
+    confidence_alpha: float = 0.33
+    entropy_norm: Literal["exp", "lin"] = "exp"
+    confidence_aggregation: Literal["min", "max", "mean", "prod"] = "min"  # tokens -> words -> utterance
+    confidence_exclude_blank: bool = True
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -97,6 +106,24 @@ class DecodingConfig:
                              f"{threshold!r}")
         if not self.ctc_beam_threshold > 0:
             raise ValueError(f"decoding.ctc_beam_threshold must be > 0, got {self.ctc_beam_threshold}")
+        if self.confidence_aggregation not in ("min", "max", "mean", "prod"):
+            raise ValueError(f"decoding.confidence_aggregation must be min, max, mean or prod, got "
+                             f"{self.confidence_aggregation!r}")
+        try:
+            self.confidence_config()
+        except ValueError as error:
+            raise ValueError(f"decoding confidence: {error}") from None
+
+    def confidence_config(self) -> ConfidenceConfig | None:
+        """The decoders' confidence settings (NeMo's `ConfidenceConfig`); None where confidence is off."""
+        from decoders.confidence import ConfidenceConfig, ConfidenceMethodConfig
+
+        if not self.confidence:
+            return None
+        return ConfidenceConfig(
+            exclude_blank=self.confidence_exclude_blank, aggregation=self.confidence_aggregation,
+            method_cfg=ConfidenceMethodConfig(name=self.confidence_method, entropy_type=self.entropy_type,
+                                              alpha=self.confidence_alpha, entropy_norm=self.entropy_norm))
 
 
 DECODING_DEFAULTS = {f.name: f.default for f in fields(DecodingConfig)}
@@ -114,6 +141,7 @@ class Strategy:
     windowed: bool = False  # reads window_size (WIND)
     takes_tdt: bool = True  # runs TDT transducers
     writer_searches: bool = False  # the ASR stage hands compact CTC log-probs to the writer stage, which searches
+    confidence: bool = False  # its decoder gives per-token confidence (decoders/confidence.py)
     # settings it reads that the `decoding` column names when they differ from the default; fusion_settings only
     # while an LM is fused
     search_settings: tuple[str, ...] = ()
@@ -123,16 +151,17 @@ class Strategy:
 _TRANSDUCER_BEAM_FUSION = ("pruning", "blank_lm_scoring")
 
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
-    Strategy("greedy", "label-looping greedy of the transducer (CTC greedy for a CTC model)", head=None),
+    Strategy("greedy", "label-looping greedy of the transducer (CTC greedy for a CTC model)", head=None,
+             confidence=True),
     Strategy("wind_greedy", "greedy with WIND's window of --window-size frames (same tokens as greedy)",
-             head="transducer", windowed=True),
+             head="transducer", windowed=True, confidence=True),
     Strategy("alsd", "ALSD++ beam search (transducer)", head="transducer", beam=True,
              fusion_settings=_TRANSDUCER_BEAM_FUSION),
     Strategy("aes", "AES++ beam search (transducer)", head="transducer", beam=True,
              fusion_settings=_TRANSDUCER_BEAM_FUSION),
     Strategy("wind_beam", "AES++ that skips blank-only frames with a WIND window (RNN-T)", head="transducer",
              beam=True, windowed=True, takes_tdt=False, fusion_settings=_TRANSDUCER_BEAM_FUSION),
-    Strategy("ctc_greedy", "greedy decoding of the CTC head", head="ctc"),
+    Strategy("ctc_greedy", "greedy decoding of the CTC head", head="ctc", confidence=True),
     Strategy("ctc_beam", "blank collapse on the ASR actors, CTC prefix beam search on the writer actors",
              head="ctc", beam=True, writer_searches=True,
              search_settings=("ctc_insertion_bonus", "ctc_beam_threshold")),
@@ -167,6 +196,7 @@ class DecodingPlan:
     lm_weight: float  # the effective fusion weight: 0 when no LM is fused
     use_cuda_graphs: bool  # effective: only where the ASR stage runs on a GPU
     collapse_threshold: float | Literal["weak"] | None  # blank collapse before the writer's search; None: off
+    confidence: ConfidenceConfig | None  # per-token confidence from the decoder; None: off
     description: str  # the `decoding` column
     advice: tuple[str, ...]  # settings that are valid but likely to cost accuracy, each with what to do
 
@@ -217,8 +247,13 @@ def plan_decoding(facts: ModelFacts, config: DecodingConfig, device: str = "cpu"
         others = ", ".join(s for s in strategies_for(facts) if (STRATEGIES[s].head or facts.heads[0]) == head)
         raise DecodingError(f"decoding strategy {strategy.name!r} supports RNN-T only; {model_name} is TDT "
                             f"(use {others})")
+    if config.confidence and not strategy.confidence:
+        others = ", ".join(s for s in strategies_for(facts) if STRATEGIES[s].confidence)
+        raise DecodingError(f"confidence is computed by the greedy strategies only so far, not {strategy.name!r} "
+                            f"(use {others}, or leave --confidence off)")
     return DecodingPlan(
         config=config, strategy=strategy, head=head,
+        confidence=config.confidence_config(),
         span_kind="ctc" if head == "ctc" else ("tdt" if facts.is_tdt else "rnnt"),
         device=device,
         max_symbols=config.max_symbols or facts.max_symbols,
@@ -265,6 +300,11 @@ def describe(config: DecodingConfig) -> str:
         parts += [f"lm={redact(config.lm_uri)}", f"lm_weight={config.lm_weight:g}"]
         parts += [f"{name}={getattr(config, name)}" for name in strategy.fusion_settings
                   if getattr(config, name) != DECODING_DEFAULTS[name]]
+    if config.confidence:
+        measure = (config.confidence_method if config.confidence_method == "max_prob"
+                   else f"{config.entropy_type}-{config.entropy_norm}")
+        blanks = "" if config.confidence_exclude_blank else "-blanks"
+        parts.append(f"confidence={measure}-{config.confidence_alpha:g}-{config.confidence_aggregation}{blanks}")
     return " ".join(parts)
 
 
@@ -328,7 +368,7 @@ def _label_looping(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None
 
     return LabelLoopingGreedy(model.transducer, GreedyConfig(
         max_symbols=plan.max_symbols, window_size=plan.window_size, lm_weight=plan.lm_weight if lm else 0.0,
-        use_cuda_graphs=plan.use_cuda_graphs), lm, device=plan.device)
+        use_cuda_graphs=plan.use_cuda_graphs), lm, device=plan.device, confidence=plan.confidence)
 
 
 def _transducer_beam(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None) -> Decode:
@@ -348,7 +388,7 @@ def _ctc_greedy(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None) -
     from decoders.ctc import CtcGreedy
 
     greedy = CtcGreedy(blank_id=model.ctc.blank_id, lm=lm, lm_weight=plan.lm_weight if lm else 0.0,
-                       device=plan.device)
+                       device=plan.device, confidence=plan.confidence)
 
     def decode_ctc(encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
         with torch.no_grad():

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from decoders.confidence import Aggregation, reduce_masked
 from decoders.hypotheses import BatchedHypotheses
 from decoders.timestamps import Span, SpanKind, refine_punctuation_spans, token_frame_spans, word_spans
 from decoders.transducer_greedy import GreedyConfig
@@ -35,6 +36,8 @@ class Transcript:
     durations: list[int] | None  # TDT only
     words: list[Span]
     score: float
+    word_confidence: list[float] | None = None  # one per word, where the decoder gave token confidence
+    confidence: float | None = None  # the utterance's: the aggregate of its words' (the same aggregation)
 
 
 def pad_waveforms(waveforms: Sequence[np.ndarray | Tensor]) -> tuple[Tensor, Tensor]:
@@ -54,8 +57,11 @@ def pad_waveforms(waveforms: Sequence[np.ndarray | Tensor]) -> tuple[Tensor, Ten
 
 
 def transcript_of(model: AsrModel | ModelLayout, span_kind: SpanKind, tokens: Sequence[int],
-                  frame_indices: Sequence[int], durations: Sequence[int] | None, score: float) -> Transcript:
-    """One hypothesis (token ids with their encoder frames) -> text, pieces and word spans in seconds."""
+                  frame_indices: Sequence[int], durations: Sequence[int] | None, score: float,
+                  token_confidence: Sequence[float] | None = None, aggregation: Aggregation = "min") -> Transcript:
+    """One hypothesis (token ids with their encoder frames) -> text, pieces and word spans in seconds; with
+    `token_confidence`, each word's confidence (the `aggregation` of its tokens') and the utterance's (of its
+    words')."""
     tokenizer = model.tokenizer
     tokens, frame_indices = [int(t) for t in tokens], [int(f) for f in frame_indices]
     durations = [int(d) for d in durations] if durations is not None else None
@@ -63,16 +69,31 @@ def transcript_of(model: AsrModel | ModelLayout, span_kind: SpanKind, tokens: Se
     texts = [tokenizer.pieces_to_text([piece]) for piece in pieces]
     spans = refine_punctuation_spans(texts, token_frame_spans(frame_indices, durations, span_kind), span_kind,
                                      tokenizer.punctuation)
+    words = word_spans(pieces, texts, spans, model.frame_shift_s, tokenizer.pieces_to_text, tokenizer.punctuation)
+    word_confidence = confidence = None
+    if token_confidence is not None:
+        if len(token_confidence) != len(tokens):
+            raise ValueError(f"got {len(token_confidence)} token confidences for {len(tokens)} tokens")
+        word_confidence = [_aggregate([token_confidence[k] for k in range(w.pieces[0], w.pieces[1] + 1)],
+                                      aggregation) for w in words]
+        confidence = _aggregate(word_confidence, aggregation) if word_confidence else None
     return Transcript(
         text=tokenizer.ids_to_text(tokens),
         tokens=tokens,
         pieces=pieces,
         frame_indices=frame_indices,
         durations=durations,
-        words=word_spans(pieces, texts, spans, model.frame_shift_s, tokenizer.pieces_to_text,
-                         tokenizer.punctuation),
+        words=words,
         score=float(score),
+        word_confidence=word_confidence,
+        confidence=confidence,
     )
+
+
+def _aggregate(values: Sequence[float], aggregation: Aggregation) -> float:
+    reduced, count = reduce_masked(aggregation, torch.tensor(values, dtype=torch.float64),
+                                   torch.ones(len(values), dtype=torch.bool))
+    return float(reduced / count) if aggregation == "mean" else float(reduced)
 
 
 class GreedyRecognizer:

@@ -32,6 +32,7 @@ STATUS_ERROR = "error"
 # results
 AUDIO_DURATION = "audio_duration"  # seconds of audio decoded, measured (the manifest's `duration` may be wrong)
 TEXT = "text"
+CONFIDENCE = "confidence"  # the utterance's: the aggregate of its words' confidences; null where not asked
 WORDS = "words"  # list of {word, start, end, confidence}, seconds from the start of the utterance
 MODEL = "model"
 DECODING = "decoding"
@@ -51,6 +52,7 @@ TOKENS = "tokens"
 TOKEN_FRAMES = "token_frames"
 TOKEN_DURATIONS = "token_durations"  # TDT only
 SCORE = "score"
+TOKEN_CONFIDENCE = "token_confidence"  # per token, where the plan asks for confidence
 CTC_LOG_PROBS = "ctc_log_probs"  # float16 bytes of [T', V] (a writer-stage search: ctc_beam)
 CTC_FRAMES = "ctc_frames"  # original frame of each of the T' frames (likewise)
 
@@ -67,7 +69,8 @@ _TYPES = {  # every column that rows carry from the manifests to the output, and
     UTTERANCE_ID: pa.string(), MANIFEST: pa.string(), LINE: pa.int64(), SOURCE_ID: pa.string(),
     AUDIO_FILEPATH: pa.string(), OFFSET: pa.float64(), DURATION: pa.float64(), CHANNEL: pa.int64(),
     AUDIO_DURATION: pa.float64(), REFERENCE_TEXT: pa.string(), EXTRA: pa.string(), TEXT: pa.string(),
-    WORDS: pa.list_(WORD_TYPE), STATUS: pa.string(), ERROR: pa.string(), MODEL: pa.string(), DECODING: pa.string(),
+    WORDS: pa.list_(WORD_TYPE), CONFIDENCE: pa.float64(),
+    STATUS: pa.string(), ERROR: pa.string(), MODEL: pa.string(), DECODING: pa.string(),
 }
 _REQUIRED = (UTTERANCE_ID, STATUS)  # never null in the output
 
@@ -77,5 +80,5 @@ INPUT_SCHEMA = pa.schema([pa.field(name, _TYPES[name]) for name in INPUT_COLUMNS
 OUTPUT_SCHEMA = pa.schema([
     pa.field(name, _TYPES[name], nullable=name not in _REQUIRED)
     for name in (UTTERANCE_ID, MANIFEST, LINE, SOURCE_ID, AUDIO_FILEPATH, OFFSET, DURATION, CHANNEL, AUDIO_DURATION,
-                 REFERENCE_TEXT, EXTRA, TEXT, WORDS, STATUS, ERROR, MODEL, DECODING)
+                 REFERENCE_TEXT, EXTRA, TEXT, WORDS, CONFIDENCE, STATUS, ERROR, MODEL, DECODING)
 ])

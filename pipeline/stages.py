@@ -59,6 +59,7 @@ from pipeline.schema import (
     ROWS_OK,
     SAMPLES,
     SCORE,
+    TOKEN_CONFIDENCE,
     TOKEN_DURATIONS,
     TOKEN_FRAMES,
     TOKENS,
@@ -253,6 +254,7 @@ class TranscribeBatch:
         empty: dict[str, Any] = {}
         for name, kind in ((TOKENS, pa.list_(pa.int64())), (TOKEN_FRAMES, pa.list_(pa.int64())),
                            (TOKEN_DURATIONS, pa.list_(pa.int64())), (SCORE, pa.float64()),
+                           (TOKEN_CONFIDENCE, pa.list_(pa.float64())),
                            (CTC_LOG_PROBS, pa.large_binary()), (CTC_FRAMES, pa.list_(pa.int32()))):
             table = _set(table, name, pa.array([results.get(i, empty).get(name) for i in range(table.num_rows)],
                                                type=kind))
@@ -265,8 +267,8 @@ class TranscribeBatch:
         if self.plan.writer_searches:
             compact = compact_ctc_log_probs(self.model, encoder_output, encoder_lengths, self.plan)
             return [{CTC_LOG_PROBS: values.tobytes(), CTC_FRAMES: frames} for values, frames in compact]
-        return [{TOKENS: h.tokens, TOKEN_FRAMES: h.frame_indices, TOKEN_DURATIONS: h.durations, SCORE: h.score}
-                for h in self.decode(encoder_output, encoder_lengths).to_list()]
+        return [{TOKENS: h.tokens, TOKEN_FRAMES: h.frame_indices, TOKEN_DURATIONS: h.durations, SCORE: h.score,
+                 TOKEN_CONFIDENCE: h.confidence} for h in self.decode(encoder_output, encoder_lengths).to_list()]
 
 
 class FinishAndWrite:
@@ -306,24 +308,29 @@ class FinishAndWrite:
             compact = [(np.frombuffer(table.column(CTC_LOG_PROBS)[i].as_py(), np.float16).reshape(-1, vocab),
                         np.asarray(table.column(CTC_FRAMES)[i].as_py(), np.int64)) for i in rows]
             for index, h in zip(rows, self.search(compact)):
-                hypotheses[index] = (h.tokens, h.frame_indices, h.durations, h.score)
+                hypotheses[index] = (h.tokens, h.frame_indices, h.durations, h.score, None)
         else:
-            columns = [table.column(c).to_pylist() for c in (TOKENS, TOKEN_FRAMES, TOKEN_DURATIONS, SCORE)]
+            columns = [table.column(c).to_pylist()
+                       for c in (TOKENS, TOKEN_FRAMES, TOKEN_DURATIONS, SCORE, TOKEN_CONFIDENCE)]
             hypotheses = {i: tuple(column[i] for column in columns) for i in rows}
         texts: list[str | None] = [None] * table.num_rows
         words: list[list[dict] | None] = [None] * table.num_rows
-        for index, (tokens, frames, durations, score) in hypotheses.items():
+        confidence: list[float | None] = [None] * table.num_rows
+        aggregation = self.plan.config.confidence_aggregation
+        for index, (tokens, frames, durations, score, token_confidence) in hypotheses.items():
             try:
-                transcript = transcript_of(self.model, self.plan.span_kind, tokens, frames, durations, score)
+                transcript = transcript_of(self.model, self.plan.span_kind, tokens, frames, durations, score,
+                                           token_confidence, aggregation)
             except Exception as error:
                 failed[index] = f"cannot detokenize ({type(error).__name__}: {error})"
                 continue
-            texts[index] = transcript.text
-            words[index] = [{"word": w.text, "start": w.start_s, "end": w.end_s, "confidence": None}
-                            for w in transcript.words]
+            texts[index], confidence[index] = transcript.text, transcript.confidence
+            word_confidence = transcript.word_confidence or [None] * len(transcript.words)
+            words[index] = [{"word": w.text, "start": w.start_s, "end": w.end_s, "confidence": c}
+                            for w, c in zip(transcript.words, word_confidence)]
         table = _fail(table, failed)
         for index in failed:
-            texts[index], words[index] = None, None
+            texts[index], words[index], confidence[index] = None, None, None
         output = sink.to_output_table({
             **{name: table.column(name) for name in schema.INPUT_COLUMNS},
             **{name: [redact(value) if value else value for value in table.column(name).to_pylist()]
@@ -331,6 +338,7 @@ class FinishAndWrite:
             schema.AUDIO_DURATION: table.column(schema.AUDIO_DURATION),
             schema.TEXT: texts,
             schema.WORDS: words,
+            schema.CONFIDENCE: confidence,
             schema.MODEL: [self.model_id] * table.num_rows,
             schema.DECODING: [self.plan.description] * table.num_rows,
         })

@@ -136,6 +136,43 @@ def test_good_rows_equal_decoding_each_utterance_in_process(rows, model_config, 
         assert row[schema.DECODING] == describe(decoding) and row[schema.MODEL] == "test-model"
 
 
+@pytest.mark.parametrize(("strategy", "aggregation"), [("greedy", "min"), ("ctc_greedy", "mean")])
+def test_confidence_fills_words_and_the_utterance_column_as_in_process(rows, model_config, nemo_assets, strategy,
+                                                                       aggregation, tmp_path):
+    """Word confidence = the aggregate of its tokens' confidences from the decoder (NeMo's measures, checked
+    against NeMo in tests/decoders/test_confidence_nemo.py); the utterance's = the aggregate of its words'."""
+    decoding = DecodingConfig(strategy=strategy, confidence=True, confidence_aggregation=aggregation)
+    run_stages(rows, model_config, decoding, tmp_path / "out")
+    table = sink.read_output(str(tmp_path / "out")).to_pylist()
+    model = LOAD(model_config, "cpu")
+    in_process = plan(model_config, decoding)
+    decode = in_process.build_decoder(model)
+    by_path = {r[schema.AUDIO_FILEPATH]: r for r in table if r[schema.STATUS] == schema.STATUS_OK}
+    for path, waveform in zip(nemo_assets["files"], nemo_assets["waveforms"]):
+        row = by_path[str(path)]
+        audio, lengths = pad_waveforms([waveform])
+        h = decode(*model.encode(audio, lengths)).to_list()[0]
+        assert h.confidence is not None and len(h.confidence) == len(h.tokens)
+        expected = transcript_of(model, in_process.span_kind, h.tokens, h.frame_indices, h.durations, h.score,
+                                 h.confidence, aggregation)
+        got = [w["confidence"] for w in row[schema.WORDS]]
+        assert got == pytest.approx(expected.word_confidence, abs=1e-6)  # float32 in Parquet
+        assert all(0.0 <= c <= 1.0 for c in got)
+        reduce = {"min": min, "mean": lambda v: sum(v) / len(v)}[aggregation]
+        assert row[schema.CONFIDENCE] == pytest.approx(reduce(expected.word_confidence)) if got else (
+            row[schema.CONFIDENCE] is None)
+        assert "confidence=tsallis-exp-0.33-" + aggregation in row[schema.DECODING]
+    errors = [r for r in table if r[schema.STATUS] == schema.STATUS_ERROR]
+    assert errors and all(r[schema.CONFIDENCE] is None for r in errors)
+
+
+def test_without_confidence_the_columns_are_null(rows, model_config, tmp_path):
+    run_stages(rows, model_config, DecodingConfig(), tmp_path / "out")
+    for row in sink.read_output(str(tmp_path / "out")).to_pylist():
+        assert row[schema.CONFIDENCE] is None
+        assert all(w["confidence"] is None for w in row[schema.WORDS] or [])
+
+
 def test_ctc_beam_runs_on_compact_log_probs_like_in_process(rows, model_config, nemo_assets, tmp_path):
     decoding = DecodingConfig(strategy="ctc_beam", beam_size=4, ctc_collapse_threshold="weak")
     run_stages(rows, model_config, decoding, tmp_path / "out")
