@@ -1,0 +1,347 @@
+"""Nightly pseudo-labelling: new audio in, transcripts with confidence, filters, training manifests out.
+
+    python jobs/pseudo_label.py --audio 's3://bucket/incoming/**/*.flac' --output s3://bucket/labels
+    python jobs/pseudo_label.py --manifest new.json --output out/labels --min-confidence 0.7
+
+Each run:
+1. lists its input: `--manifest` files (as `jobs/transcribe.py` reads them) and `--audio` files or globs (each
+   file one utterance, its duration read from the header, its id made of URI, size and modification time or
+   ETag, so that a rewritten file is labelled again);
+2. transcribes what no earlier run into the same `--output` transcribed with the same model and decoding, with
+   word confidence, into OUTPUT/<model and decoding>/transcripts/ (exactly once, as `jobs/transcribe.py`
+   writes it; a new model or decoding gets its own folder, beside the old labels);
+3. judges every transcript that no earlier run put in a manifest (`pipeline/labels.py`: error rows, empty
+   text, duration, confidence, characters per second, repeated n-grams) and writes, in
+   OUTPUT/<model and decoding>/runs/<UTC time>/:
+   - `train.json` (NeMo JSON-lines: audio_filepath, duration, offset, text = the pseudo-label, confidence,
+     orig_text) and `train_cuts.jsonl.gz` (Lhotse cuts) of the kept utterances;
+   - `rejected.json`, each line with its `reason`;
+   - `report.md`, `report.json` and `confidence.png` (keep rate, and where the input had reference texts the
+     WER of kept and rejected utterances, against the confidence threshold);
+   - `labelled.txt`, written last: the utterance ids this run labelled. A run folder without it did not finish
+     and is removed by the next run, whose manifests then hold its utterances: each utterance is in exactly
+     one run's manifests.
+
+Ray: RAY_ADDRESS or --ray-address, else a private local Ray; on a cluster `ray job submit -- python
+jobs/pseudo_label.py ...` with an object-store `--output`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pipeline import schema, sink  # noqa: E402
+from pipeline.config import BUNDLED_MODEL, ModelConfig, ResourcesConfig, TranscribeJobConfig  # noqa: E402
+from pipeline.decoding import DecodingConfig, DecodingError, describe, plan_decoding  # noqa: E402
+from pipeline.labels import (  # noqa: E402
+    LabelFilters,
+    audio_entries,
+    judge,
+    lhotse_cut,
+    nemo_line,
+    rejected_line,
+    write_jsonl,
+)
+from pipeline.redact import redact  # noqa: E402
+
+RUNS, TRANSCRIPTS, LABELLED = "runs", "transcripts", "labelled.txt"
+THRESHOLDS = [round(0.05 * k, 2) for k in range(21)]  # the report's curve
+
+
+class LabelError(ValueError):
+    """Input the job cannot use, found before any cluster work: one line for the user."""
+
+
+class Folder:
+    """A folder on any fsspec filesystem."""
+
+    def __init__(self, uri: str) -> None:
+        import fsspec
+
+        self.uri = uri.rstrip("/")
+        self.filesystem, self.root = fsspec.core.url_to_fs(self.uri)
+
+    def child(self, *names: str) -> Folder:
+        return Folder("/".join([self.uri, *names]))
+
+    def path(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    def exists(self, name: str = "") -> bool:
+        return self.filesystem.exists(self.path(name) if name else self.root)
+
+    def write(self, name: str, data: str | bytes) -> None:
+        self.filesystem.makedirs(self.root, exist_ok=True)
+        self.filesystem.pipe_file(self.path(name), data.encode() if isinstance(data, str) else data)
+
+    def read(self, name: str) -> str:
+        return self.filesystem.cat_file(self.path(name)).decode()
+
+    def folders(self) -> list[str]:
+        if not self.filesystem.exists(self.root):
+            return []
+        self.filesystem.invalidate_cache(self.root)
+        return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.filesystem.ls(self.root, detail=False)
+                      if self.filesystem.isdir(p))
+
+    def remove(self) -> None:
+        self.filesystem.rm(self.root, recursive=True)
+
+
+def identity_folder(output: Folder, model_sha256: str, decoding: DecodingConfig) -> Folder:
+    """OUTPUT/<model and decoding>: one per model and decoding, so that a new one labels everything again."""
+    description = describe(decoding)
+    key = hashlib.sha1(f"{model_sha256}\n{description}".encode()).hexdigest()[:12]
+    folder = output.child(f"labels-{key}")
+    if not folder.exists("identity.json"):
+        folder.write("identity.json", json.dumps({"model_sha256": model_sha256, "decoding": description}, indent=1))
+    return folder
+
+
+def labelled_before(runs: Folder) -> set[str]:
+    """Utterance ids in the manifests of finished runs; unfinished run folders are removed."""
+    done: set[str] = set()
+    for name in runs.folders():
+        run = runs.child(name)
+        if run.exists(LABELLED):
+            done.update(run.read(LABELLED).split())
+        else:
+            print(f"pseudo_label: removing the unfinished run {redact(run.uri)}: its utterances go into this run",
+                  flush=True)
+            run.remove()
+    return done
+
+
+def curve(rows: list[dict[str, Any]], filters: LabelFilters) -> list[dict[str, Any]]:
+    """Keep rate, and WER of kept and rejected utterances where references exist, per confidence threshold
+    (the other filters as set)."""
+    import dataclasses
+
+    import jiwer
+
+    points = []
+    with_reference = [r for r in rows if r[schema.REFERENCE_TEXT]]
+    for threshold in THRESHOLDS:
+        at = dataclasses.replace(filters, min_confidence=threshold)
+        verdicts = [judge(r, at) is None for r in rows]
+        point: dict[str, Any] = {"threshold": threshold,
+                                 "keep_rate": sum(verdicts) / len(rows) if rows else 0.0}
+        for name, keep in (("kept", True), ("rejected", False)):
+            chosen = [r for r in with_reference if (judge(r, at) is None) == keep and r[schema.TEXT] is not None]
+            point[f"{name}_wer"] = (jiwer.wer([r[schema.REFERENCE_TEXT] for r in chosen],
+                                              [r[schema.TEXT] for r in chosen]) if chosen else None)
+        points.append(point)
+    return points
+
+
+def plot(points: list[dict[str, Any]], threshold: float) -> bytes:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.2), dpi=110)
+    x = [p["threshold"] for p in points]
+    axes.plot(x, [100 * p["keep_rate"] for p in points], marker="o", label="kept, % of utterances")
+    for name in ("kept", "rejected"):
+        if any(p[f"{name}_wer"] is not None for p in points):
+            axes.plot(x, [100 * p[f"{name}_wer"] if p[f"{name}_wer"] is not None else float("nan") for p in points],
+                      marker=".", label=f"WER of {name}, %")
+    axes.axvline(threshold, color="gray", linestyle="--", label=f"threshold {threshold:g}")
+    axes.set_xlabel("minimum utterance confidence")
+    axes.set_ylabel("%")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def report_markdown(report: dict[str, Any]) -> str:
+    lines = ["# Pseudo-labelling run", "",
+             f"{report['new_utterances']} new utterances: {report['kept']} kept ({report['keep_rate']:.1%}), "
+             f"{report['rejected']} rejected. Model `{report['model']}`, decoding `{report['decoding']}`.", ""]
+    if report.get("wer_all") is not None:
+        lines += [f"WER against the input's own texts: all {report['wer_all']:.1%}, kept "
+                  f"{report['wer_kept']:.1%}" + (f", rejected {report['wer_rejected']:.1%}"
+                                                  if report.get("wer_rejected") is not None else "") + ".", ""]
+    lines += ["| filter | setting |", "| --- | --- |"]
+    lines += [f"| {name} | {value} |" for name, value in report["filters"].items()]
+    lines += ["", "| reason | utterances |", "| --- | --- |"]
+    lines += [f"| {reason} | {count} |" for reason, count in report["reasons"].items()] or ["| - | 0 |"]
+    lines += ["", "![keep rate and WER against the confidence threshold](confidence.png)", "",
+              f"Manifests: `{report['train']}`, `{report['train_cuts']}`, `{report['rejected_manifest']}`."]
+    return "\n".join(lines) + "\n"
+
+
+def reason_kind(reason: str) -> str:
+    """The filter a rejection reason names (for the report's counts)."""
+    for kind in ("error", "empty transcript", "no confidence", "duration", "confidence", "repetition"):
+        if reason.startswith(kind):
+            return kind
+    return "characters/s"
+
+
+def parser() -> argparse.ArgumentParser:
+    defaults, filters = TranscribeJobConfig(), LabelFilters()
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--manifest", nargs="*", default=[], help="NeMo or Lhotse manifests (paths, URIs, globs)")
+    p.add_argument("--audio", nargs="*", default=[], help="audio files (paths, URIs, globs), one utterance each")
+    p.add_argument("--output", required=True, help="folder or URI of the labels (reruns go into the same one)")
+    p.add_argument("--model", default=str(BUNDLED_MODEL), help="NeMo .nemo (default: the bundled model)")
+    p.add_argument("--decoding", dest="strategy", default="greedy",
+                   help="a decoding strategy that gives confidence: greedy, wind_greedy, ctc_greedy")
+    p.add_argument("--min-confidence", type=float, default=filters.min_confidence,
+                   help=f"utterance confidence a kept utterance needs (default {filters.min_confidence:g})")
+    p.add_argument("--min-duration-s", type=float, default=filters.min_duration_s)
+    p.add_argument("--max-duration-s", type=float, default=filters.max_duration_s)
+    p.add_argument("--min-chars-per-s", type=float, default=filters.min_chars_per_s)
+    p.add_argument("--max-chars-per-s", type=float, default=filters.max_chars_per_s)
+    p.add_argument("--max-repeats", type=int, default=filters.max_repeats,
+                   help="a word n-gram repeated back to back more than this is rejected")
+    p.add_argument("--cache-dir", default=defaults.model.cache_dir)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=defaults.resources.device)
+    p.add_argument("--ray-address", help="Ray cluster (default: RAY_ADDRESS, else a private local Ray)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return run(args)
+    except LabelError as error:
+        raise SystemExit(f"pseudo_label: {redact(str(error))}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.time()
+    from pipeline.fetch import fetch_file, file_sha256
+    from pipeline.nemo_file import read_model_facts
+    from pipeline.uris import expand_manifest_uris
+
+    if not args.manifest and not args.audio:
+        raise LabelError("nothing to label: pass --manifest and/or --audio")
+    try:
+        filters = LabelFilters(args.min_confidence, args.min_duration_s, args.max_duration_s, args.min_chars_per_s,
+                               args.max_chars_per_s, args.max_repeats)
+        decoding = DecodingConfig(strategy=args.strategy, confidence=True, confidence_aggregation="mean")
+    except ValueError as error:
+        raise LabelError(str(error)) from None
+    if "://" not in args.model and not Path(args.model).is_file():
+        raise LabelError(f"no model at {args.model}: pass --model PATH_OR_URI (a NeMo .nemo file)")
+    model_path = fetch_file(args.model, cache_dir=f"{args.cache_dir}/models")
+    facts = read_model_facts(model_path)
+    try:
+        plan_decoding(facts, decoding, model_name=args.model)
+    except DecodingError as error:
+        raise LabelError(str(error)) from None
+    try:
+        manifests = expand_manifest_uris(args.manifest) if args.manifest else []
+        audio = expand_manifest_uris(args.audio) if args.audio else []
+    except FileNotFoundError as error:
+        raise LabelError(str(error).replace("no manifest matches", "nothing matches")) from None
+
+    output = Folder(args.output)
+    folder = identity_folder(output, file_sha256(model_path), decoding)
+    runs = folder.child(RUNS)
+    done = labelled_before(runs)
+    run_name = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
+    taken = set(runs.folders())
+    run_name = next(f"{run_name}-{k}" if k else run_name for k in range(len(taken) + 1)
+                    if (f"{run_name}-{k}" if k else run_name) not in taken)
+    run_folder = runs.child(run_name)
+    if audio:
+        entries = audio_entries(audio)
+        run_folder.write("audio.json", write_jsonl(entries))
+        manifests.append(f"{run_folder.uri}/audio.json")
+    print(f"pseudo_label: {len(manifests)} manifest(s), {len(audio)} audio file(s) -> {redact(folder.uri)}",
+          flush=True)
+
+    connect(args.ray_address)
+    from pipeline.graph import JobError, run_transcription
+
+    config = TranscribeJobConfig(manifests=tuple(manifests), output=folder.child(TRANSCRIPTS).uri,
+                                 model=ModelConfig(uri=args.model, cache_dir=args.cache_dir), decoding=decoding,
+                                 resources=ResourcesConfig(device=args.device))
+    try:
+        summary = run_transcription(config)
+    except (JobError, FileNotFoundError) as error:
+        raise LabelError(str(error)) from None
+
+    table = sink.read_output(config.output)
+    rows = [r for r in table.to_pylist() if r[schema.UTTERANCE_ID] not in done]
+    kept, rejected, reasons = [], [], {}
+    for row in rows:
+        reason = judge(row, filters)
+        if reason is None:
+            kept.append(row)
+        else:
+            rejected.append((row, reason))
+            kind = reason_kind(reason)
+            reasons[kind] = reasons.get(kind, 0) + 1
+    run_folder.write("train.json", write_jsonl([nemo_line(r) for r in kept]))
+    run_folder.write("train_cuts.jsonl.gz", gzip.compress(
+        write_jsonl([lhotse_cut(r, facts.sample_rate) for r in kept]).encode(), mtime=0))
+    run_folder.write("rejected.json", write_jsonl([rejected_line(r, reason) for r, reason in rejected]))
+    points = curve(rows, filters)
+    report = build_report(args, decoding, filters, rows, kept, rejected, reasons, points, run_folder, summary)
+    report["wall_s"] = round(time.time() - started, 1)
+    run_folder.write("report.json", json.dumps(report, indent=1))
+    run_folder.write("report.md", report_markdown(report))
+    run_folder.write("confidence.png", plot(points, filters.min_confidence))
+    run_folder.write(LABELLED, "".join(r[schema.UTTERANCE_ID] + "\n" for r in rows))  # last: the run is done
+    print(report_markdown(report), flush=True)
+    print(f"pseudo_label: {len(kept)} kept, {len(rejected)} rejected -> {redact(run_folder.uri)}", flush=True)
+    return 0
+
+
+def build_report(args, decoding, filters, rows, kept, rejected, reasons, points, run_folder, summary) -> dict:
+    import dataclasses
+
+    import jiwer
+
+    def wer(chosen: list[dict[str, Any]]) -> float | None:
+        chosen = [r for r in chosen if r[schema.REFERENCE_TEXT] and r[schema.TEXT] is not None]
+        return jiwer.wer([r[schema.REFERENCE_TEXT] for r in chosen], [r[schema.TEXT] for r in chosen]) \
+            if chosen else None
+
+    return {
+        "model": args.model, "decoding": describe(decoding), "filters": dataclasses.asdict(filters),
+        "new_utterances": len(rows), "kept": len(kept), "rejected": len(rejected),
+        "keep_rate": len(kept) / len(rows) if rows else 0.0, "reasons": reasons,
+        "wer_all": wer(rows), "wer_kept": wer(kept), "wer_rejected": wer([r for r, _ in rejected]),
+        "curve": points, "transcribed_this_run": summary["this_run"]["rows"],
+        "train": f"{run_folder.uri}/train.json", "train_cuts": f"{run_folder.uri}/train_cuts.jsonl.gz",
+        "rejected_manifest": f"{run_folder.uri}/rejected.json",
+    }
+
+
+def connect(address: str | None) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address)
+    else:  # a private local Ray for this job, on loopback only
+        ray.init(include_dashboard=False, _node_ip_address="127.0.0.1")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

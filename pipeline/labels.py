@@ -1,0 +1,171 @@
+"""Pseudo-labels from transcripts: which utterances to keep for training, and the manifests they go into.
+
+`judge` gives the reason an utterance is rejected (None: kept), from its transcript row (`schema.OUTPUT_SCHEMA`)
+and `LabelFilters`, checked in this order: an error row; an empty transcript; duration out of range; the
+utterance confidence below `min_confidence`; characters per second out of range (too many: the model wrote
+text the audio cannot hold; too few: it dropped speech); a word n-gram repeated back to back more than
+`max_repeats` times (a decoding loop, the usual hallucination).
+
+Manifests: `nemo_line` (NeMo JSON-lines: `audio_filepath`, `duration`, `offset` where not 0, `text` = the
+pseudo-label, `confidence`, and the input's own `text` as `orig_text`) and `lhotse_cut` (a Lhotse `MonoCut`
+with its recording and one supervision, as `lhotse.load_manifest` reads `.jsonl.gz`).
+
+Audio listed without a manifest (`audio_entries`) gets, per file, an `id` of its URI, size and modification
+time (or ETag), so the transcripts of a rewritten file are not taken for those of the old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline import schema
+
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(frozen=True)
+class LabelFilters:
+    """What a kept utterance must satisfy (defaults measured on the bundled test set: docs/pseudo_label.md)."""
+
+    min_confidence: float = 0.3  # the utterance's confidence: the mean of its words' (NeMo's default measure)
+    min_duration_s: float = 0.3
+    max_duration_s: float = 40.0
+    min_chars_per_s: float = 2.0
+    max_chars_per_s: float = 30.0
+    max_repeats: int = 3  # a word n-gram (n <= 4) repeated back to back more than this: rejected
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.min_confidence <= 1.0:
+            raise ValueError(f"min_confidence must lie in [0, 1], got {self.min_confidence}")
+        if not 0 <= self.min_duration_s < self.max_duration_s:
+            raise ValueError(f"need 0 <= min_duration_s < max_duration_s, got {self.min_duration_s}, "
+                             f"{self.max_duration_s}")
+        if not 0 <= self.min_chars_per_s < self.max_chars_per_s:
+            raise ValueError(f"need 0 <= min_chars_per_s < max_chars_per_s, got {self.min_chars_per_s}, "
+                             f"{self.max_chars_per_s}")
+        if self.max_repeats < 1:
+            raise ValueError(f"max_repeats must be >= 1, got {self.max_repeats}")
+
+
+def duration_of(row: dict[str, Any]) -> float:
+    """Seconds of audio the utterance is: measured where known, else the manifest's."""
+    return row.get(schema.AUDIO_DURATION) or row.get(schema.DURATION) or 0.0
+
+
+def longest_repeat(words: list[str], max_n: int = 4) -> tuple[int, str]:
+    """The most times a word n-gram (n <= max_n) follows itself back to back, and that n-gram."""
+    best, shown = 1, ""
+    for n in range(1, max_n + 1):
+        for start in range(0, len(words) - n):
+            count = 1
+            while words[start + count * n: start + (count + 1) * n] == words[start: start + n]:
+                count += 1
+            if count > best:
+                best, shown = count, " ".join(words[start: start + n])
+    return best, shown
+
+
+def judge(row: dict[str, Any], filters: LabelFilters) -> str | None:
+    """Why this transcript row is not a training label (None: it is one). See the module docstring."""
+    if row[schema.STATUS] != schema.STATUS_OK:
+        return f"error: {row[schema.ERROR]}"
+    text = (row[schema.TEXT] or "").strip()
+    if not text:
+        return "empty transcript"
+    duration = duration_of(row)
+    if not filters.min_duration_s <= duration <= filters.max_duration_s:
+        return f"duration {duration:.2f} s outside [{filters.min_duration_s:g}, {filters.max_duration_s:g}] s"
+    confidence = row.get(schema.CONFIDENCE)
+    if confidence is None:
+        return "no confidence (the decoding gave none)"
+    if confidence < filters.min_confidence:
+        return f"confidence {confidence:.3f} < {filters.min_confidence:g}"
+    rate = len(text.replace(" ", "")) / duration
+    if not filters.min_chars_per_s <= rate <= filters.max_chars_per_s:
+        return f"{rate:.1f} characters/s outside [{filters.min_chars_per_s:g}, {filters.max_chars_per_s:g}]"
+    repeats, ngram = longest_repeat(_WORD.findall(text))
+    if repeats > filters.max_repeats:
+        return f"repetition: {ngram!r} {repeats} times in a row"
+    return None
+
+
+def nemo_line(row: dict[str, Any]) -> dict[str, Any]:
+    line: dict[str, Any] = {"audio_filepath": row[schema.AUDIO_FILEPATH], "duration": round(duration_of(row), 6)}
+    if row[schema.OFFSET]:
+        line["offset"] = row[schema.OFFSET]
+    line["text"] = row[schema.TEXT]
+    line["confidence"] = row[schema.CONFIDENCE]
+    if row[schema.REFERENCE_TEXT]:
+        line["orig_text"] = row[schema.REFERENCE_TEXT]
+    return line
+
+
+def rejected_line(row: dict[str, Any], reason: str) -> dict[str, Any]:
+    line = {"audio_filepath": row[schema.AUDIO_FILEPATH], "duration": round(duration_of(row), 6)}
+    if row[schema.OFFSET]:
+        line["offset"] = row[schema.OFFSET]
+    if row[schema.TEXT]:
+        line["text"] = row[schema.TEXT]
+    line["confidence"] = row.get(schema.CONFIDENCE)
+    line["reason"] = reason
+    if row[schema.REFERENCE_TEXT]:
+        line["orig_text"] = row[schema.REFERENCE_TEXT]
+    return line
+
+
+def lhotse_cut(row: dict[str, Any], sample_rate: int) -> dict[str, Any]:
+    """A Lhotse MonoCut (as `Cut.to_dict()` writes it) of the utterance, with the pseudo-label as supervision."""
+    duration = round(duration_of(row), 6)
+    offset = float(row[schema.OFFSET] or 0.0)
+    cut_id = row[schema.UTTERANCE_ID]
+    recording_id = "rec-" + hashlib.sha1(row[schema.AUDIO_FILEPATH].encode()).hexdigest()[:16]
+    channel = row.get(schema.CHANNEL) or 0
+    total = offset + duration
+    return {
+        "id": cut_id, "start": offset, "duration": duration, "channel": channel,
+        "supervisions": [{"id": f"{cut_id}-sup", "recording_id": recording_id, "start": 0.0, "duration": duration,
+                          "channel": channel, "text": row[schema.TEXT],
+                          "custom": {"confidence": row[schema.CONFIDENCE],
+                                     **({"orig_text": row[schema.REFERENCE_TEXT]}
+                                        if row[schema.REFERENCE_TEXT] else {})}}],
+        "recording": {"id": recording_id, "sources": [{"type": "file", "channels": [channel],
+                                                       "source": row[schema.AUDIO_FILEPATH]}],
+                      "sampling_rate": sample_rate, "num_samples": int(round(total * sample_rate)),
+                      "duration": total, "channel_ids": [channel]},
+        "type": "MonoCut",
+    }
+
+
+def audio_entries(uris: list[str]) -> list[dict[str, Any]]:
+    """Audio files (local paths or URIs) -> manifest lines: `audio_filepath`, `duration` from the header (0, to
+    the end, where it cannot be read: the audio stage then says why), and an `id` of URI, size and modification
+    time or ETag."""
+    import fsspec
+    import soundfile
+
+    lines = []
+    for uri in uris:
+        filesystem, path = fsspec.core.url_to_fs(uri)
+        try:
+            info = filesystem.info(path)
+        except Exception:  # gone since listed: the audio stage reports it
+            info = {}
+        version = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified") or ""
+        duration = 0.0
+        try:
+            with filesystem.open(path, "rb") as handle:
+                header = soundfile.info(handle)
+                duration = float(header.frames) / header.samplerate if header.samplerate else 0.0
+        except Exception:
+            pass
+        lines.append({"id": f"{uri}|{info.get('size', '')}|{version}", "audio_filepath": uri,
+                      "duration": round(duration, 6)})
+    return lines
+
+
+def write_jsonl(lines: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
