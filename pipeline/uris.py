@@ -107,6 +107,7 @@ def _expand_local(pattern: str, glob: bool | None) -> list[str]:
 
 def _expand_remote(pattern: str, glob: bool | None) -> list[str]:
     filesystem, path = fsspec.core.url_to_fs(pattern)
+    filesystem.invalidate_cache()  # s3fs and gcsfs keep listings per instance: objects added since must be seen
     if glob is False or (glob is None and not fsspec.core.has_magic(path)):
         return [pattern] if filesystem.isfile(path) else []
     if glob is None and filesystem.isfile(path):

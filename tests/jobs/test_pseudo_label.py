@@ -25,7 +25,16 @@ pytestmark = [pytest.mark.ray, pytest.mark.nemo, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
+def s3():
+    """A moto S3 bucket on 127.0.0.1, started before Ray so that its workers inherit the endpoint."""
+    from tests.pipeline.s3_server import moto_s3
+
+    with moto_s3("nightly") as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(s3):
     ray = pytest.importorskip("ray")
     temp_dir = Path("/tmp") / f"lsp{os.getpid()}"
     ray.init(num_cpus=3, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=str(temp_dir),
@@ -121,6 +130,40 @@ def test_each_night_labels_only_new_audio_and_every_file_lands_once(ray_cluster,
     os.utime(rewritten, (1_900_000_000, 1_900_000_000))
     label(audio, output, model, cache)
     assert files_in([runs_of(output)[-1]]) == [str(rewritten)]
+
+
+def test_on_s3_a_second_night_labels_only_the_new_files(ray_cluster, s3, nemo_assets, tmp_path):
+    import s3fs
+
+    from jobs.pseudo_label import main
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    model = nemo_assets["checkpoints"]["rnnt"]
+
+    def night(start: int, count: int) -> None:
+        for index in range(start, start + count):
+            fs.put(str(nemo_assets["files"][index % len(nemo_assets["files"])]),
+                   f"nightly/incoming/n{index:03d}.wav")
+        assert main(["--audio", "s3://nightly/incoming/*.wav", "--output", "s3://nightly/labels",
+                     "--model", str(model), "--cache-dir", str(tmp_path / "cache"), "--device", "cpu",
+                     "--min-confidence", "0"]) == 0
+
+    def labelled() -> list[list[str]]:
+        fs.invalidate_cache()
+        runs = sorted(fs.glob("nightly/labels/labels-*/runs/*/labelled.txt"))
+        found = []
+        for path in runs:
+            folder = path.rsplit("/", 1)[0]
+            lines = [json.loads(line) for name in ("train.json", "rejected.json")
+                     for line in fs.cat(f"{folder}/{name}").decode().splitlines() if line.strip()]
+            found.append([line["audio_filepath"] for line in lines])
+        return found
+
+    night(0, 10)
+    night(10, 5)
+    first, second = labelled()
+    assert len(first) == 10 and sorted(second) == [f"s3://nightly/incoming/n{i:03d}.wav" for i in range(10, 15)]
+    assert len(set(first + second)) == 15
 
 
 def test_the_filters_say_why():
