@@ -141,17 +141,20 @@ def build_transcription(config: TranscribeJobConfig, plan: DecodingPlan, manifes
         compute=ActorPoolStrategy(size=resources.writer_actors), num_cpus=finish_cpus)
 
 
-def _model_load_error(error: BaseException) -> str | None:
-    """The message of the `ModelLoadError` an actor raised, found in the chain of exceptions Ray wraps it in
-    (Ray keeps the actor's traceback only as text: the marker line is read from it there)."""
-    marker = f"{stages.ModelLoadError.__module__}.{stages.ModelLoadError.__qualname__}: "
+def _stage_error(error: BaseException) -> str | None:
+    """The message of a `ModelLoadError` or `sink.PartWriteError` a stage raised (what the user must fix: the
+    model, or the output's storage), found in the chain of exceptions Ray wraps it in (Ray keeps an actor's
+    traceback only as text: the marker line is read from it there)."""
+    kinds = (stages.ModelLoadError, sink.PartWriteError)
+    markers = [f"{kind.__module__}.{kind.__qualname__}: " for kind in kinds]
     seen = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, stages.ModelLoadError):
+        if isinstance(error, kinds):
             return str(error)
         for line in str(error).splitlines():
-            if line.startswith(marker):
-                return line[len(marker):]
+            for marker in markers:
+                if line.startswith(marker):
+                    return line[len(marker):]
         seen.add(id(error))
         error = getattr(error, "cause", None) or error.__cause__ or error.__context__  # RayTaskError.cause
     return None
@@ -226,11 +229,12 @@ def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str,
             for part in batch.to_pylist():
                 parts.append(part)
                 progress(stages.summarize(parts, started))
-    except Exception as error:  # Ray wraps what an actor raised; a model that cannot load is the user's to fix
-        cause = _model_load_error(error)
+    except Exception as error:  # Ray wraps what an actor raised; a model or an output it cannot use is the user's
+        cause = _stage_error(error)
         if cause is None:
             raise
-        raise JobError(f"{cause} (rows committed before it stay committed)") from None
+        raise JobError(redact(f"{cause} (rows committed before it stay committed; once it is fixed, the same "
+                              "command finishes the rest)")) from None
     removed = sink.deduplicate(config.output)
     summary = stages.summarize(parts, started)
     summary = {**output_totals(config.output, config.input.duration_tolerance_s), "this_run": summary,

@@ -75,19 +75,32 @@ def part_name(utterance_ids: Iterable[str]) -> str:
     return f"{PART_PREFIX}{digest[:24]}.parquet"
 
 
+class PartWriteError(OSError):
+    """A part could not be committed (access denied, bucket gone, disk full): the message names the output."""
+
+
 def write_part(output_uri: str, table: pa.Table) -> str:
-    """Commit one part atomically (see the module docstring) and return its name."""
+    """Commit one part atomically (see the module docstring) and return its name; `PartWriteError` naming the
+    output and the cause if it cannot be (nothing half-written is left under a part's name)."""
     filesystem, root = _filesystem(output_uri)
     name = part_name(table.column(schema.UTTERANCE_ID).to_pylist())
     final = f"{root.rstrip('/')}/{name}"
-    filesystem.makedirs(root, exist_ok=True)
-    if _is_local(filesystem):
-        temporary = f"{root.rstrip('/')}/.tmp-{uuid.uuid4().hex}.parquet"
-        pq.write_table(table, temporary)
-        os.replace(temporary, final)
-    else:
-        with filesystem.open(final, "wb") as handle:
-            pq.write_table(table, handle)
+    temporary = f"{root.rstrip('/')}/.tmp-{uuid.uuid4().hex}.parquet"
+    try:
+        filesystem.makedirs(root, exist_ok=True)
+        if _is_local(filesystem):
+            try:
+                pq.write_table(table, temporary)
+                os.replace(temporary, final)
+            finally:
+                if os.path.exists(temporary):  # a failed write (disk full) leaves no temporary behind
+                    os.remove(temporary)
+        else:
+            with filesystem.open(final, "wb") as handle:
+                pq.write_table(table, handle)
+    except Exception as error:  # fsspec backends raise their own types (botocore, gcsfs, aiohttp ...)
+        raise PartWriteError(f"cannot commit a part to {output_uri.rstrip('/')}/{name}: "
+                             f"{type(error).__name__}: {' '.join(str(error).split())[:300]}") from error
     return name
 
 

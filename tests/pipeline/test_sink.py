@@ -156,3 +156,23 @@ def test_parts_written_by_another_process_are_seen_on_s3():
         writer.pipe("sinkbucket/out/_SUCCESS", b"")
         assert committed_ids(output) == {"a", "b"} and is_complete(output)
         assert read_output(output).num_rows == 2 and isinstance(read_output(output), pa.Table)
+
+
+def test_a_part_that_cannot_be_written_names_the_output_and_leaves_nothing_behind(tmp_path, monkeypatch):
+    from pipeline import sink
+
+    blocked = tmp_path / "a_file"
+    blocked.write_text("not a folder")
+    with pytest.raises(sink.PartWriteError, match=f"cannot commit a part to {blocked}/out/part-.*NotADirectory"):
+        write_part(str(blocked / "out"), rows(["a"]))
+
+    def disk_full(table, where, **kwargs):
+        with open(where, "wb") as handle:
+            handle.write(b"PAR1 half")  # a half-written temporary, as a full disk leaves one
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sink.pq, "write_table", disk_full)
+    output = tmp_path / "out"
+    with pytest.raises(sink.PartWriteError, match="No space left on device"):
+        write_part(str(output), rows(["a", "b"]))
+    assert list(output.iterdir()) == [] and committed_ids(str(output)) == set()
