@@ -129,6 +129,9 @@ def parser() -> argparse.ArgumentParser:
                       help=f"tokens -> words -> utterance (default: {decoding.confidence_aggregation})")
     conf.add_argument("--confidence-include-blank", dest="confidence_exclude_blank", action="store_false",
                       default=None, help="count the blank steps beside each token (default: excluded)")
+    conf.add_argument("--confidence-calibration", metavar="FILE",
+                      help="map word confidence to P(word right) with this calibration (a path or URI, fitted for "
+                           "this model and measure by `python benchmarks/confidence.py --write-calibration`)")
     res = p.add_argument_group("resources")
     res.add_argument("--device", choices=("auto", "cpu", "cuda"),
                      help=f"where the ASR actors run; auto: cuda when the cluster has GPUs (default: "
@@ -192,6 +195,7 @@ def config_from_args(args: argparse.Namespace) -> TranscribeJobConfig:
                 "confidence_alpha": args.confidence_alpha, "entropy_norm": args.entropy_norm,
                 "confidence_aggregation": args.confidence_aggregation,
                 "confidence_exclude_blank": args.confidence_exclude_blank,
+                "confidence_calibration": args.confidence_calibration,
             },
             "resources": {
                 "device": args.device, "asr_actors": args.asr_actors, "audio_actors": args.audio_actors,
@@ -223,6 +227,13 @@ def check_before_starting(config: TranscribeJobConfig) -> None:
         plan = plan_decoding(read_model_facts(model_uri), config.decoding, model_name=model_uri)
     except (DecodingError, ValueError) as error:
         raise SystemExit(f"loopscribe: {error}") from None
+    if config.decoding.confidence_calibration:  # the writer checks it too; here it fails before Ray starts
+        from pipeline.stages import load_checked_calibration
+
+        try:
+            load_checked_calibration(config.model, plan)
+        except (OSError, ValueError) as error:
+            raise SystemExit(f"loopscribe: --confidence-calibration: {error}") from None
     if plan.fuses_lm and "://" not in lm_uri:
         try:
             vocab_size = plan.lm_vocab_size(read_model_layout(model_uri))

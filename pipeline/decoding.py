@@ -74,6 +74,8 @@ class DecodingConfig:
     entropy_norm: Literal["exp", "lin"] = "exp"
     confidence_aggregation: Literal["min", "max", "mean", "prod"] = "min"  # tokens -> words -> utterance
     confidence_exclude_blank: bool = True
+    # a map from this measure to P(word right), fitted for this model (pipeline/calibration.py); path or URI
+    confidence_calibration: str | None = None
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -109,6 +111,9 @@ class DecodingConfig:
         if self.confidence_aggregation not in ("min", "max", "mean", "prod"):
             raise ValueError(f"decoding.confidence_aggregation must be min, max, mean or prod, got "
                              f"{self.confidence_aggregation!r}")
+        if self.confidence_calibration and not self.confidence:
+            raise ValueError("decoding.confidence_calibration (--confidence-calibration) needs decoding.confidence "
+                             "(--confidence)")
         try:
             self.confidence_config()
         except ValueError as error:
@@ -305,6 +310,8 @@ def describe(config: DecodingConfig) -> str:
                    else f"{config.entropy_type}-{config.entropy_norm}")
         blanks = "" if config.confidence_exclude_blank else "-blanks"
         parts.append(f"confidence={measure}-{config.confidence_alpha:g}-{config.confidence_aggregation}{blanks}")
+        if config.confidence_calibration:
+            parts.append(f"calibration={redact(config.confidence_calibration).rsplit('/', 1)[-1]}")
     return " ".join(parts)
 
 

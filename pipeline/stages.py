@@ -38,9 +38,10 @@ import torch
 from pipeline import schema, sink
 from pipeline.audio import AudioError, load_audio
 from pipeline.bucketing import padded_seconds, plan_batches
+from pipeline.calibration import Calibration, load_calibration, measure_of
 from pipeline.config import InputConfig, ModelConfig, ResourcesConfig
 from pipeline.decoding import DecodingPlan, compact_ctc_log_probs, load_language_model
-from pipeline.fetch import fetch_file
+from pipeline.fetch import fetch_file, file_sha256
 from pipeline.manifest import read_manifest
 from pipeline.nemo_file import LayoutUnavailable, ModelLayout, read_model_layout
 from pipeline.nemo_model import AsrModel, load_asr_model
@@ -80,6 +81,24 @@ def load_layout(model: ModelConfig, device: str = "cpu") -> AsrModel | ModelLayo
         return read_model_layout(path)
     except LayoutUnavailable:
         return load_model(model, device)
+
+
+def model_sha256(model: ModelConfig) -> str:
+    """The sha256 of the model's file: the pinned one, else hashed from the (cached) file."""
+    if model.sha256:
+        return model.sha256.lower()
+    return file_sha256(fetch_file(model.uri, cache_dir=f"{model.cache_dir}/models"))
+
+
+def load_checked_calibration(model: ModelConfig, plan: DecodingPlan) -> Calibration | None:
+    """The plan's confidence calibration map (None where it has none), refused (`CalibrationMismatch`) if it was
+    fitted for another model file or another measure."""
+    uri = plan.config.confidence_calibration
+    if not uri:
+        return None
+    calibration = load_calibration(uri)
+    calibration.check(model_sha256(model), measure_of(plan))
+    return calibration
 
 
 class ModelLoadError(RuntimeError):
@@ -286,11 +305,13 @@ class FinishAndWrite:
         self.model_id = model_id
         self.model: AsrModel | ModelLayout | None = None
         self.search = None
+        self.calibration: Calibration | None = None
         self._loading = _BackgroundLoad(lambda: load(model, "cpu"), model.uri)
 
     def _ensure_loaded(self) -> None:
         if self.model is not None:
             return
+        self.calibration = load_checked_calibration(self.model_config, self.plan)  # a wrong map stops the job
         self.model = self._loading.get()
         if self.plan.writer_searches:
             lm = load_language_model(self.plan, self.plan.lm_vocab_size(self.model), self.model_config.cache_dir)
@@ -325,7 +346,10 @@ class FinishAndWrite:
                 failed[index] = f"cannot detokenize ({type(error).__name__}: {error})"
                 continue
             texts[index], confidence[index] = transcript.text, transcript.confidence
-            word_confidence = transcript.word_confidence or [None] * len(transcript.words)
+            word_confidence = transcript.word_confidence
+            if self.calibration is not None and word_confidence is not None:
+                word_confidence, confidence[index] = self.calibration.apply_words(word_confidence, aggregation)
+            word_confidence = word_confidence or [None] * len(transcript.words)
             words[index] = [{"word": w.text, "start": w.start_s, "end": w.end_s, "confidence": c}
                             for w, c in zip(transcript.words, word_confidence)]
         table = _fail(table, failed)

@@ -166,6 +166,44 @@ def test_confidence_fills_words_and_the_utterance_column_as_in_process(rows, mod
     assert errors and all(r[schema.CONFIDENCE] is None for r in errors)
 
 
+def test_calibrated_word_confidence_is_the_map_applied_to_the_uncalibrated(rows, model_config, tmp_path):
+    """With `confidence_calibration`, words carry the map applied to the confidences they carry without it, and
+    the utterance the aggregate (here mean) of its calibrated words; a map for another measure stops the stage."""
+    from pipeline.calibration import Calibration, CalibrationMismatch, measure_of
+    from pipeline.fetch import file_sha256
+
+    raw = DecodingConfig(confidence=True, confidence_aggregation="mean")
+    calibration = Calibration("isotonic", file_sha256(model_config.uri), measure_of(plan(model_config, raw)),
+                              x=(0.0, 0.2, 0.6, 1.0), y=(0.05, 0.1, 0.7, 0.9))
+    calibration.save(str(tmp_path / "calibration.json"))
+    calibrated = DecodingConfig(confidence=True, confidence_aggregation="mean",
+                                confidence_calibration=str(tmp_path / "calibration.json"))
+    audio = stages.LoadAudio(sample_rate=16000)(rows)
+    decoded = stages.TranscribeBatch(model_config, plan(model_config, raw), SMALL_BUCKETS, load=LOAD)(audio)
+    for name, decoding in (("raw", raw), ("calibrated", calibrated)):
+        stages.FinishAndWrite(model_config, plan(model_config, decoding), str(tmp_path / name), "m")(decoded)
+    before, after = ({r[schema.UTTERANCE_ID]: r for r in sink.read_output(str(tmp_path / name)).to_pylist()}
+                     for name in ("raw", "calibrated"))
+    checked = 0
+    for key, row in after.items():
+        if row[schema.STATUS] != schema.STATUS_OK or not row[schema.WORDS]:
+            continue
+        uncalibrated = np.array([w["confidence"] for w in before[key][schema.WORDS]])
+        got = [w["confidence"] for w in row[schema.WORDS]]
+        assert got == pytest.approx(calibration.apply(uncalibrated).tolist(), abs=1e-6)  # float32 in Parquet
+        assert got != pytest.approx(uncalibrated.tolist(), abs=1e-3)
+        assert row[schema.CONFIDENCE] == pytest.approx(np.mean(got), abs=1e-6)
+        checked += len(got)
+    assert checked > 0
+
+    other = Calibration("isotonic", None, "ctc confidence=tsallis-exp-0.33-mean", x=(0.0,), y=(0.5,))
+    other.save(str(tmp_path / "other.json"))
+    wrong = DecodingConfig(confidence=True, confidence_aggregation="mean",
+                           confidence_calibration=str(tmp_path / "other.json"))
+    with pytest.raises(CalibrationMismatch, match="fitted for 'ctc confidence=tsallis-exp-0.33-mean'"):
+        stages.FinishAndWrite(model_config, plan(model_config, wrong), str(tmp_path / "wrong"), "m")(decoded)
+
+
 def test_without_confidence_the_columns_are_null(rows, model_config, tmp_path):
     run_stages(rows, model_config, DecodingConfig(), tmp_path / "out")
     for row in sink.read_output(str(tmp_path / "out")).to_pylist():
