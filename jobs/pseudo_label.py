@@ -208,6 +208,9 @@ def parser() -> argparse.ArgumentParser:
                    help="a decoding strategy that gives confidence: greedy, wind_greedy, ctc_greedy")
     p.add_argument("--min-confidence", type=float, default=filters.min_confidence,
                    help=f"utterance confidence a kept utterance needs (default {filters.min_confidence:g})")
+    p.add_argument("--confidence-calibration", metavar="FILE",
+                   help="a calibration map for this model and measure (`benchmarks/confidence.py "
+                        "--write-calibration`): confidences then read as the share of words right")
     p.add_argument("--min-duration-s", type=float, default=filters.min_duration_s)
     p.add_argument("--max-duration-s", type=float, default=filters.max_duration_s)
     p.add_argument("--min-chars-per-s", type=float, default=filters.min_chars_per_s)
@@ -239,7 +242,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         filters = LabelFilters(args.min_confidence, args.min_duration_s, args.max_duration_s, args.min_chars_per_s,
                                args.max_chars_per_s, args.max_repeats)
-        decoding = DecodingConfig(strategy=args.strategy, confidence=True, confidence_aggregation="mean")
+        decoding = DecodingConfig(strategy=args.strategy, confidence=True, confidence_aggregation="mean",
+                                  confidence_calibration=args.confidence_calibration)
     except ValueError as error:
         raise LabelError(str(error)) from None
     if "://" not in args.model and not Path(args.model).is_file():
