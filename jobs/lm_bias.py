@@ -12,10 +12,11 @@ Steps:
    punctuation the tokenizer lacks removed), and a token n-gram LM is built from it with `jobs/build_lm.py`: each
    order of --orders is built on 9 lines in 10 and scored on the 10th; the order with the lowest held-out
    perplexity is rebuilt on every line. Written to OUTPUT/lm/domain.lm with lm.json (how it was made).
-3. Each strategy of --strategies (default: greedy, alsd, ctc_greedy and ctc_beam where the model has the head)
-   is tuned in its own Ray task (`pipeline/tuning.py`): the dev set is encoded once and decoded once per LM
-   weight (and CTC beam insertion bonus) tried; the test set, if given, is decoded with the strategy's baseline
-   and chosen setting. Trials are kept in OUTPUT/tuning/, so a rerun decodes only what it had not.
+3. Each strategy of --strategies (default: greedy, alsd, ctc_greedy and ctc_beam where the model has the head),
+   each beam search at each of --beam-sizes (default 4), is tuned in its own Ray task (`pipeline/tuning.py`):
+   the dev set is encoded once and decoded once per LM weight (and CTC beam insertion bonus) tried; the test
+   set, if given, is decoded with the strategy's baseline and chosen setting. Trials are kept in
+   OUTPUT/tuning/, so a rerun decodes only what it had not.
 4. The strategy with the lowest tuned dev WER (ties: the first in --strategies) is chosen; where no LM setting
    beats the same strategy without it on dev, the job says so and that strategy runs without the LM.
    OUTPUT/decoding.yaml holds the choice, as `jobs/transcribe.py --config` reads it; OUTPUT/report.md,
@@ -215,16 +216,20 @@ def tune_strategy(strategy: str, beam_size: int, model_uri: str, lm_uri: str, ca
     def evaluate(weight: float, bonus: float | None):
         return score(dev.references, transcribe_set(model, with_setting(weight, bonus), lm, dev))
 
+    plan = plan_decoding(model.facts, base)
+    name = candidate_name(strategy, beam_size if plan.strategy.beam else None)
+
     def progress(trial) -> None:
-        print(f"lm_bias: {strategy} lm_weight {trial.key}: dev WER {trial.wer:.1%} ({trial.decode_s:.1f} s)",
+        print(f"lm_bias: {name} lm_weight {trial.key}: dev WER {trial.wer:.1%} ({trial.decode_s:.1f} s)",
               flush=True)
 
+    steps = f"{name.replace(' ', '-')}.json"
     cache = TrialCache({**identity, "strategy": strategy, "beam_size": beam_size},
-                       output.read(TUNING_DIR, f"{strategy}.json"),
-                       lambda text: output.write(text, TUNING_DIR, f"{strategy}.json"))
+                       output.read(TUNING_DIR, steps), lambda text: output.write(text, TUNING_DIR, steps))
     result = tune(base, evaluate, cache, progress)
     report: dict[str, Any] = {
-        "strategy": strategy, "head": plan_decoding(model.facts, base).head, "lm_helps": result.lm_helps,
+        "name": name, "strategy": strategy, "beam_size": beam_size if plan.strategy.beam else None,
+        "head": plan.head, "lm_helps": result.lm_helps,
         "baseline": _trial_dict(result.baseline), "best": _trial_dict(result.best),
         "trials": [_trial_dict(t) for t in result.trials],
         "decodes": result.decodes,
@@ -243,23 +248,34 @@ def _trial_dict(trial) -> dict[str, Any]:
     return {k: v for k, v in dataclasses.asdict(trial).items() if k != "errors"}
 
 
-def run_tuning(strategies: list[str], **kwargs: Any) -> list[dict[str, Any]]:
-    """Every strategy's `tune_strategy` as its own Ray task (one CPU each), in parallel on the cluster."""
+def candidate_name(strategy: str, beam_size: int | None) -> str:
+    return strategy if beam_size is None else f"{strategy} beam {beam_size}"
+
+
+def candidates(strategies: list[str], beam_sizes: list[int]) -> list[tuple[str, int]]:
+    """(strategy, beam size) to tune: every beam size for a beam search, the first for the others."""
+    return [(name, size) for name in strategies
+            for size in (beam_sizes if STRATEGIES[name].beam else beam_sizes[:1])]
+
+
+def run_tuning(tasks: list[tuple[str, int]], **kwargs: Any) -> list[dict[str, Any]]:
+    """Every (strategy, beam size)'s `tune_strategy` as its own Ray task (one CPU each), in parallel on the
+    cluster; results in the order of `tasks`."""
     import ray
 
     task = ray.remote(num_cpus=1, max_retries=1)(tune_strategy)
-    pending = {task.remote(name, **kwargs): name for name in strategies}
-    results: dict[str, dict[str, Any]] = {}
+    pending = {task.remote(name, size, **kwargs): index for index, (name, size) in enumerate(tasks)}
+    results: dict[int, dict[str, Any]] = {}
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
-        strategy = pending.pop(done[0])
+        index = pending.pop(done[0])
         try:
-            results[strategy] = ray.get(done[0])
+            results[index] = ray.get(done[0])
         except Exception as error:  # Ray keeps the task's traceback as text: its last line says what failed
             cause = [line for line in str(error).splitlines() if line.strip()][-1:] or [type(error).__name__]
-            raise BiasError(f"tuning {strategy} failed: {cause[0]}") from None
-        print(f"lm_bias: {strategy} tuned ({len(results)}/{len(strategies)})", flush=True)
-    return [results[s] for s in strategies]
+            raise BiasError(f"tuning {tasks[index][0]} failed: {cause[0]}") from None
+        print(f"lm_bias: {results[index]['name']} tuned ({len(results)}/{len(tasks)})", flush=True)
+    return [results[index] for index in range(len(tasks))]
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -268,9 +284,10 @@ def choose(results: list[dict[str, Any]]) -> dict[str, Any]:
     return min(results, key=lambda r: (r["best"]["wer"], r["best"]["cer"]))
 
 
-def decoding_of(result: dict[str, Any], beam_size: int, lm_uri: str) -> DecodingConfig:
+def decoding_of(result: dict[str, Any], lm_uri: str) -> DecodingConfig:
     best = result["best"]
-    base = DecodingConfig(strategy=result["strategy"], beam_size=beam_size)
+    base = DecodingConfig(strategy=result["strategy"],
+                          beam_size=result["beam_size"] or DecodingConfig().beam_size)
     if not result["lm_helps"]:
         return base
     return dataclasses.replace(base, lm_uri=lm_uri, lm_weight=best["lm_weight"],
@@ -306,11 +323,11 @@ def report_markdown(report: dict[str, Any]) -> str:
         test_best = f"{r['test_best']['wer']:.1%}" if "test_best" in r else "-"
         test_cer = f"{r['test_best']['cer']:.1%}" if "test_best" in r else "-"
         lines.append(
-            f"| {r['strategy']} | {r['head']} | {r['baseline']['wer']:.1%} | {r['best']['wer']:.1%} | "
+            f"| {r['name']} | {r['head']} | {r['baseline']['wer']:.1%} | {r['best']['wer']:.1%} | "
             f"{r['best']['cer']:.1%} | {setting_text(r['best'])} | {test_base} | {test_best} | {test_cer} | "
             f"{r['decodes']} ({r['reused']}) | {r['best']['decode_s']:.1f} |")
     chosen = report["chosen"]
-    lines += ["", f"**Chosen: {chosen['strategy']}, {setting_text(chosen['best'])}** "
+    lines += ["", f"**Chosen: {chosen['name']}, {setting_text(chosen['best'])}** "
               f"(dev WER {chosen['best']['wer']:.1%}). `jobs/transcribe.py --config {report['decoding_yaml']}` "
               "transcribes with it."]
     if not chosen["lm_helps"]:
@@ -341,7 +358,7 @@ def plot_dev_wer(report: dict[str, Any]) -> bytes:
         bonus = r["best"]["bonus"]
         points = sorted((t["lm_weight"], t["wer"]) for t in r["trials"]
                         if t["lm_weight"] == 0 or bonus is None or t["bonus"] == bonus)
-        label = r["strategy"] + (f" (bonus {bonus:g})" if bonus is not None else "")
+        label = r["name"] + (f" (bonus {bonus:g})" if bonus is not None else "")
         axes.plot([p[0] for p in points], [100 * p[1] for p in points], marker="o", label=label)
     axes.set_xlabel("LM weight (0: no LM)")
     axes.set_ylabel("dev WER, %")
@@ -367,7 +384,8 @@ def parser() -> argparse.ArgumentParser:
                                                     f"{', '.join(DEFAULT_STRATEGIES)} the model's heads support)")
     p.add_argument("--output", required=True, help="folder or URI for the LM, report and transcripts")
     p.add_argument("--orders", type=int, nargs="+", default=ORDERS, help="n-gram orders tried (held-out text)")
-    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--beam-sizes", "--beam-size", type=int, nargs="+", default=[DecodingConfig().beam_size],
+                   help="beam sizes to consider for the beam searches, each tuned as its own candidate")
     p.add_argument("--threads", type=int, default=1, help="torch threads per tuning task")
     p.add_argument("--cache-dir", default=ModelConfig().cache_dir, help="node-local cache of models")
     p.add_argument("--ray-address", help="Ray cluster (default: RAY_ADDRESS, else a private local Ray)")
@@ -432,12 +450,12 @@ def run(args: argparse.Namespace, started: float) -> int:
     identity = {"lm_identity": lm["identity"], "lm_order": lm["order"], "model_sha256": _file_sha256(model_path),
                 "dev": [(r["audio_filepath"], r["offset"], r["duration"], r["reference_text"]) for r in dev_rows]}
     tuning_started = time.perf_counter()
-    results = run_tuning(strategies, beam_size=args.beam_size, model_uri=args.model, lm_uri=lm_uri,
+    results = run_tuning(candidates(strategies, args.beam_sizes), model_uri=args.model, lm_uri=lm_uri,
                          cache_dir=args.cache_dir, dev_rows=dev_rows, test_rows=test_rows,
                          output_uri=output.uri, identity=identity, threads=args.threads, limits=InputConfig())
     tuning_s = time.perf_counter() - tuning_started
     chosen = choose(results)
-    decoding = decoding_of(chosen, args.beam_size, lm_uri)
+    decoding = decoding_of(chosen, lm_uri)
     import yaml
 
     output.write(yaml.safe_dump({"model": {"uri": args.model}, "decoding": dataclasses.asdict(decoding)},
@@ -450,7 +468,7 @@ def run(args: argparse.Namespace, started: float) -> int:
         "decoding_yaml": output.path("decoding.yaml"), "plot": "dev_wer.png", "lm_s": lm_s, "tuning_s": tuning_s}
     output.write(plot_dev_wer(report), "dev_wer.png")
     if not chosen["lm_helps"]:
-        print(f"lm_bias: no LM setting beat {chosen['strategy']} without the LM on dev beyond chance: the LM is "
+        print(f"lm_bias: no LM setting beat {chosen['name']} without the LM on dev beyond chance: the LM is "
               "not used", flush=True)
     if args.manifest:
         from pipeline.graph import run_transcription
