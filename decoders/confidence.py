@@ -73,23 +73,26 @@ def token_confidence(log_probs: Tensor, config: ConfidenceConfig | ConfidenceMet
     method = config.method_cfg if isinstance(config, ConfidenceConfig) else config
     v = float(vocab_size if vocab_size is not None else log_probs.shape[-1])
     a = float(method.alpha)
-    x = torch.nan_to_num(log_probs)
+    # One temporary of the input's size at most, updated in place: this runs on every CTC frame. -inf
+    # log-probs (p = 0) need nan_to_num only where they meet a product (0 * -inf); exp and max take them as is.
     if method.name == "max_prob":
-        best = x.max(dim=-1).values
+        best = log_probs.max(dim=-1).values
         scale = v**a  # alpha == 1 gives the plain (p * V - 1) / (V - 1)
         return (torch.exp(a * best) * scale - 1.0) / (scale - 1.0)
     if a == 1.0:
-        neg_entropy = (x.exp() * x).sum(dim=-1)  # -H, Shannon
+        x = torch.nan_to_num(log_probs)
+        neg_entropy = x.exp().mul_(x).sum(dim=-1)  # -H, Shannon
         if method.entropy_norm == "lin":
             return 1.0 + neg_entropy / math.log(v)
         return (neg_entropy.exp() * v - 1.0) / (v - 1.0)
     if method.entropy_type == "gibbs":
-        neg_entropy = (torch.exp(a * x) * x).sum(dim=-1)
+        x = torch.nan_to_num(log_probs)
+        neg_entropy = torch.mul(x, a).exp_().mul_(x).sum(dim=-1)
         if method.entropy_norm == "lin":
             return 1.0 + neg_entropy / math.log(v) / v ** (1.0 - a)
         floor = v ** (-a * v ** (1.0 - a))  # exp(-alpha * max entropy)
         return (torch.exp(a * neg_entropy) - floor) / (1.0 - floor)
-    power_sum = torch.exp(a * x).sum(dim=-1)  # sum_i p_i^alpha
+    power_sum = torch.mul(log_probs, a).exp_().sum(dim=-1)  # sum_i p_i^alpha
     if method.entropy_type == "tsallis":
         if method.entropy_norm == "lin":
             return 1.0 + (1.0 - power_sum) / (v ** (1.0 - a) - 1.0)
@@ -194,13 +197,28 @@ def sentencepiece_word_starts(tokens: Tensor, token_lengths: Tensor, piece_diffe
 
 
 # --- CTC -------------------------------------------------------------------------------------------------
-def ctc_token_confidence(frame_confidence: Tensor, labels: Tensor, emitted: Tensor, lengths: Tensor,
+def ctc_token_confidence(log_probs: Tensor, labels: Tensor, emitted: Tensor, lengths: Tensor,
                          blank_id: int, config: ConfidenceConfig, num_tokens: int) -> Tensor:
-    """frame_confidence [B, T], frame labels [B, T], emitted [B, T] (a token starts here), lengths [B] ->
-    token confidence [B, U] (module docstring)."""
+    """log_probs [B, T, V], frame labels [B, T], emitted [B, T] (a token starts here), lengths [B] ->
+    token confidence [B, U] (module docstring).
+
+    Only the frames that join a token count (inside the lengths, from the first token on, and with
+    exclude_blank not blank); when they are fewer than half, they are gathered before the measure, so padding
+    and the blank frames of a trained model (most of them, with exclude_blank) cost nothing.
+    """
     inside = torch.arange(labels.shape[1], device=labels.device) < lengths.unsqueeze(1)
     token_ids = emitted.long().cumsum(dim=1) - 1  # the token each frame follows
     include = inside & (token_ids >= 0)
     if config.exclude_blank:
         include &= labels != blank_id
-    return segment_reduce(frame_confidence, torch.where(include, token_ids, -1), num_tokens, config.aggregation)
+    rows, frames = include.nonzero(as_tuple=True)
+    if 2 * len(rows) < include.numel():  # a trained model's blank frames (exclude_blank): gather, then measure
+        frame_confidence = token_confidence(log_probs[rows, frames], config)  # [N]
+    else:  # most frames count (exclude_blank=False, or a label on most frames): measure without the copy
+        frame_confidence = token_confidence(log_probs, config)[rows, frames]
+    out = frame_confidence.new_zeros(labels.shape[0], num_tokens + 1)
+    if num_tokens > 0:
+        reduce = {"min": "amin", "max": "amax", "prod": "prod", "mean": "mean"}[config.aggregation]
+        flat_index = rows * (num_tokens + 1) + token_ids[rows, frames]
+        out.view(-1).scatter_reduce_(0, flat_index, frame_confidence, reduce=reduce, include_self=False)
+    return out[:, :num_tokens]

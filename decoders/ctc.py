@@ -22,7 +22,7 @@ import math
 import torch
 from torch import Tensor
 
-from decoders.confidence import ConfidenceConfig, ctc_token_confidence, token_confidence
+from decoders.confidence import ConfidenceConfig, ctc_token_confidence
 from decoders.fusion import check_lm_device, check_lm_vocab_size, lm_for_fusion
 from decoders.hypotheses import BatchedHypotheses
 from decoders.protocols import LanguageModel
@@ -158,9 +158,8 @@ class CtcGreedy:
                          emitted: Tensor) -> BatchedHypotheses:
         """Attach per-token confidence from the frame measures of log_probs [B, T, V] (if configured)."""
         if self.confidence is not None:
-            frame_confidence = token_confidence(log_probs, self.confidence)  # [B, T]
             hypotheses.token_confidence = ctc_token_confidence(
-                frame_confidence, labels, emitted, lengths, self.blank_id, self.confidence, hypotheses.capacity)
+                log_probs, labels, emitted, lengths, self.blank_id, self.confidence, hypotheses.capacity)
         return hypotheses
 
     def _decode_with_lm(self, log_probs: Tensor, lengths: Tensor) -> tuple[BatchedHypotheses, Tensor, Tensor]:

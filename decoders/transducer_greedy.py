@@ -82,23 +82,32 @@ def check_encoder_inputs(encoder_output: Tensor, encoder_lengths: Tensor) -> Non
 
 def _label_scores(logits: Tensor, num_labels: int) -> tuple[Tensor, Tensor]:
     """logits [..., V (+N)] -> (log-probability of the best label, best label), both [...]."""
+    scores, labels, _ = _label_scores_and_norm(logits, num_labels)
+    return scores, labels
+
+
+def _label_scores_and_norm(logits: Tensor, num_labels: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Like `_label_scores`, with the logsumexp of the label logits [...] (confidence reuses it)."""
     label_logits = logits[..., :num_labels]
     best_logits, labels = label_logits.max(dim=-1)
-    return best_logits - torch.logsumexp(label_logits, dim=-1), labels
+    log_norm = torch.logsumexp(label_logits, dim=-1)
+    return best_logits - log_norm, labels, log_norm
 
 
-def _fused_label_scores(logits: Tensor, num_labels: int, lm_term: Tensor) -> tuple[Tensor, Tensor]:
-    """Like `_label_scores`, with a non-blank winner re-picked by `logits + lm_term` (blank is the last label).
+def _fused_label_scores(logits: Tensor, num_labels: int, lm_term: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Like `_label_scores_and_norm`, with a non-blank winner re-picked by `logits + lm_term` (blank is the last
+    label).
 
     logits [..., V (+N)], lm_term [..., V - 1] (lm_weight * LM scores) -> (the joint's log-probability of the
-    chosen label, chosen label), both [...].
+    chosen label, chosen label, logsumexp of the label logits), all [...].
     """
     label_logits = logits[..., :num_labels]
     _, labels = label_logits.max(dim=-1)  # the same call as `_label_scores`: the same blank decision on ties
     fused_labels = (label_logits[..., : num_labels - 1] + lm_term).argmax(dim=-1)
     labels = torch.where(labels == num_labels - 1, labels, fused_labels)
     chosen = label_logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-    return chosen - torch.logsumexp(label_logits, dim=-1), labels
+    log_norm = torch.logsumexp(label_logits, dim=-1)
+    return chosen - log_norm, labels, log_norm
 
 
 class _LoopState:
@@ -135,9 +144,14 @@ class _LoopState:
                                             with_durations=len(model.durations) > 0,
                                             with_confidence=with_confidence)
         # confidence: that of the step that found `labels`, and the running aggregate (mean: sum) and count
-        # of the blank steps since each row's last label (they join that label when the next one is stored)
+        # of the blank steps since each row's last label (they join that label when the next one is stored).
+        # With exclude_blank only the label's step is measured: the search keeps its logits (one masked copy
+        # a step) and the measure runs once per label, batched, after the search (not on every search step).
         confidence_size = batch_size if with_confidence else 0
+        num_outputs = model.vocab_size + 1 + len(model.durations)
         self.label_confidence = torch.zeros(confidence_size, dtype=dtype, device=device)
+        self.label_logits = torch.zeros(confidence_size, num_outputs, dtype=dtype, device=device)  # [B, V (+N)]
+        self.label_steps: _LabelSteps | None = None  # eager mode: the measure runs K labels at a time
         self.blank_confidence = torch.zeros(confidence_size, dtype=dtype, device=device)
         self.blank_count = torch.zeros(confidence_size, **long)
         # shallow fusion: each row's LM state, and lm_weight * the LM's scores and the next states for every
@@ -146,6 +160,46 @@ class _LoopState:
         vocab = lm.vocab_size if lm is not None else 0
         self.lm_weighted_scores = torch.zeros(self.lm_states.shape[0], vocab, dtype=dtype, device=device)  # [B, V-1]
         self.lm_next_states = torch.zeros(self.lm_states.shape[0], vocab, **long)  # [B, V - 1]
+
+
+class _LabelSteps:
+    """Eager mode with exclude_blank: where each row's label was found (its frame and the prediction it was
+    found with) over the last K outer iterations; every K labels the joint is run again on those steps, for the
+    rows that found a label, and measured, batched. The search then keeps nothing per step, and at batch 1 the
+    measure's dozen small ops run once per K labels, not once per label. Memory: [B, K, H]."""
+
+    def __init__(self, state: _LoopState, slots: int = 64) -> None:
+        batch_size, hidden = state.prediction.shape
+        self.predictions = state.prediction.new_zeros(batch_size, slots, hidden)  # [B, K, H]
+        self.frames = torch.zeros(batch_size, slots, dtype=torch.long, device=state.prediction.device)
+        self.found = torch.zeros(batch_size, slots, dtype=torch.bool, device=state.prediction.device)
+        self.start_lengths = torch.zeros_like(state.hypotheses.token_lengths)  # token_lengths at slot 0
+        self.used = 0
+
+    def record_(self, state: _LoopState) -> None:
+        """Before the found labels are appended and the prediction network moves on."""
+        if self.used == 0:
+            self.start_lengths.copy_(state.hypotheses.token_lengths)
+        self.predictions[:, self.used].copy_(state.prediction)
+        self.frames[:, self.used].copy_(state.label_time)
+        self.found[:, self.used].copy_(state.found)
+        self.used += 1
+
+    def flush_(self, decoder: LabelLoopingGreedy, state: _LoopState, force: bool = False) -> None:
+        """When K steps are kept (or with `force`): write their labels' confidence into the hypotheses."""
+        if self.used == 0 or (self.used < self.found.shape[1] and not force):
+            return
+        found = self.found[:, :self.used]
+        positions = state.hypotheses.token_lengths.new_zeros(found.shape)
+        torch.cumsum(found.long(), dim=1, out=positions)
+        rows, slots = found.nonzero(as_tuple=True)
+        # the joint of each label's own step: the frame it was found on, with the prediction it was found with
+        logits = decoder.model.joint_after_projection(
+            state.encoder_projected[rows, self.frames[rows, slots]], self.predictions[rows, slots])  # [labels, V (+N)]
+        token_confidence = state.hypotheses.token_confidence
+        token_positions = self.start_lengths[rows] + positions[rows, slots] - 1
+        token_confidence[rows, token_positions] = decoder._step_confidence(logits).to(token_confidence.dtype)
+        self.used = 0
 
 
 class LabelLoopingGreedy:
@@ -195,6 +249,8 @@ class LabelLoopingGreedy:
         state = _LoopState(self.model, encoder_projected, hypotheses_capacity=max_time + 1, lm=self.lm,
                            with_confidence=self.confidence is not None)
         state.encoder_lengths.copy_(encoder_lengths)
+        if self.confidence is not None and self.confidence.exclude_blank:
+            state.label_steps = _LabelSteps(state)
         self._start(state)
         outer_iterations = 0
         while bool(state.active.any()):
@@ -204,6 +260,8 @@ class LabelLoopingGreedy:
             outer_iterations += 1
             state.hypotheses.ensure_capacity_(outer_iterations)
             self._after_search(state, compact=True)
+        if state.label_steps is not None:
+            state.label_steps.flush_(self, state, force=True)
         self._finish_confidence(state)
         return state.hypotheses
 
@@ -259,9 +317,9 @@ class LabelLoopingGreedy:
                 state.encoder_projected[state.batch_indices, frames], state.prediction)  # [B, V (+N)]
             lm_term = self._lm_term(state)
             if lm_term is None:
-                scores, labels = _label_scores(logits, self.num_labels)
+                scores, labels, log_norm = _label_scores_and_norm(logits, self.num_labels)
             else:
-                scores, labels = _fused_label_scores(logits, self.num_labels, lm_term)
+                scores, labels, log_norm = _fused_label_scores(logits, self.num_labels, lm_term)
             is_blank = labels == self.model.blank_id
             if self.is_tdt:
                 durations = self._durations_on(logits.device)[logits[:, self.num_labels:].argmax(dim=-1)]
@@ -271,23 +329,30 @@ class LabelLoopingGreedy:
                 jumps = is_blank.long()
             offsets = torch.zeros_like(state.time)
             confidence_parts = None
-            if self.confidence is not None:
-                step_confidence = self._step_confidence(logits)  # [B]
-                counted = is_blank & self._counts_blank(state, frames)
-                blank_confidence, blank_count = reduce_masked(
-                    self.confidence.aggregation, step_confidence.unsqueeze(1), counted.unsqueeze(1))
-                confidence_parts = step_confidence, blank_confidence, blank_count
+            if self.confidence is not None and state.label_steps is None:
+                if self.confidence.exclude_blank:
+                    confidence_parts = (logits,)
+                else:
+                    step_confidence = self._step_confidence(logits, log_norm)  # [B]
+                    counted = is_blank & self._counts_blank(state, frames)
+                    blank_confidence = torch.where(counted, step_confidence,
+                                                   aggregation_identity(self.confidence.aggregation))
+                    confidence_parts = step_confidence, blank_confidence, counted.long()
         else:
             labels, scores, durations, offsets, jumps, confidence_parts = self._search_window(state, window)
 
         mask = state.step_mask
         if confidence_parts is not None:
-            label_confidence, blank_confidence, blank_count = confidence_parts
-            aggregation = self.confidence.aggregation
-            torch.where(mask, label_confidence.to(state.label_confidence.dtype), state.label_confidence,
-                        out=state.label_confidence)
-            if not self.confidence.exclude_blank:
-                merged = combine(aggregation, state.blank_confidence, blank_confidence.to(state.blank_confidence.dtype))
+            if self.confidence.exclude_blank:
+                # keep the step's logits: the measure of the label's step runs in `_after_search`
+                torch.where(mask.unsqueeze(1), confidence_parts[0].to(state.label_logits.dtype), state.label_logits,
+                            out=state.label_logits)
+            else:
+                label_confidence, blank_confidence, blank_count = confidence_parts
+                torch.where(mask, label_confidence.to(state.label_confidence.dtype), state.label_confidence,
+                            out=state.label_confidence)
+                merged = combine(self.confidence.aggregation, state.blank_confidence,
+                                 blank_confidence.to(state.blank_confidence.dtype))
                 torch.where(mask, merged, state.blank_confidence, out=state.blank_confidence)
                 state.blank_count += torch.where(mask, blank_count, 0)
         torch.where(mask, labels, state.labels, out=state.labels)
@@ -299,11 +364,16 @@ class LabelLoopingGreedy:
         torch.less(state.time, state.encoder_lengths, out=state.active)
         torch.logical_and(state.active, state.labels == self.model.blank_id, out=state.advance)
 
-    def _step_confidence(self, logits: Tensor) -> Tensor:
+    def _step_confidence(self, logits: Tensor, log_norm: Tensor | None = None) -> Tensor:
         """logits [..., V (+N)] -> the confidence of each step [...] (TDT with durations: label and duration
-        measures aggregated, as NeMo does)."""
+        measures aggregated, as NeMo does). `log_norm` [...]: the logsumexp of the label logits, if the search
+        has it already."""
         config = self.confidence
-        label_log_probs = torch.log_softmax(logits[..., :self.num_labels], dim=-1)
+        label_logits = logits[..., :self.num_labels]
+        if log_norm is None:
+            label_log_probs = torch.log_softmax(label_logits, dim=-1)
+        else:
+            label_log_probs = label_logits - log_norm.unsqueeze(-1)
         confidence = token_confidence(label_log_probs, config, self.num_labels)
         if self.is_tdt and config.tdt_include_duration:
             duration_log_probs = torch.log_softmax(logits[..., self.num_labels:], dim=-1)
@@ -325,12 +395,13 @@ class LabelLoopingGreedy:
 
     def _search_window(
         self, state: _LoopState, window: int
-    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor, Tensor, tuple[Tensor, Tensor, Tensor] | None]:
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor, Tensor, tuple[Tensor, ...] | None]:
         """WIND: the joint on frames time .. time+W-1 at once; follow blanks to the first label among them.
 
         Returns labels, scores, durations (TDT), the offset of the label within the window, how far
         `time` moves (to after the label's duration, or past the blanks when the window holds no label), and,
-        with confidence, that of the label's step and the aggregate and count of the blank steps before it.
+        with confidence, that of the label's step and the aggregate and count of the blank steps before it
+        (exclude_blank: the label step's logits, measured after the search).
         """
         offsets = torch.arange(window, device=state.time.device)
         frames = state.time.unsqueeze(1) + offsets  # [B, W]
@@ -342,11 +413,12 @@ class LabelLoopingGreedy:
         )  # [B, W, V (+N)]
         lm_term = self._lm_term(state)
         if lm_term is None:
-            scores, labels = _label_scores(logits, self.num_labels)  # [B, W]
+            scores, labels, log_norm = _label_scores_and_norm(logits, self.num_labels)  # [B, W]
         else:  # the LM state is the same on every frame of the window: no label is emitted inside it
-            scores, labels = _fused_label_scores(logits, self.num_labels, lm_term.unsqueeze(1))  # [B, W]
+            scores, labels, log_norm = _fused_label_scores(logits, self.num_labels, lm_term.unsqueeze(1))  # [B, W]
         is_label = (labels != self.model.blank_id) & inside
-        step_confidence = self._step_confidence(logits) if self.confidence is not None else None  # [B, W]
+        with_blanks = self.confidence is not None and not self.confidence.exclude_blank
+        step_confidence = self._step_confidence(logits, log_norm) if with_blanks else None  # [B, W]
         visited_blanks = torch.zeros_like(inside)  # [B, W] blank steps on the way to the label
         if self.is_tdt:
             durations = self._durations_on(logits.device)[logits[..., self.num_labels:].argmax(dim=-1)]  # [B, W]
@@ -375,6 +447,10 @@ class LabelLoopingGreedy:
             counted = visited_blanks & self._counts_blank(state, state.time.unsqueeze(1) + offsets)
             blank_confidence, blank_count = reduce_masked(self.confidence.aggregation, step_confidence, counted)
             confidence_parts = step_confidence.gather(1, safe).squeeze(1), blank_confidence, blank_count
+        elif self.confidence is not None and state.label_steps is None:
+            # exclude_blank (CUDA graphs): the label step's logits, measured after the search
+            label_logits = logits.gather(1, safe.unsqueeze(2).expand(-1, -1, logits.shape[2])).squeeze(1)
+            confidence_parts = (label_logits,)
         return labels, scores, label_durations, position, jumps, confidence_parts
 
     def _after_search(self, state: _LoopState, compact: bool = False) -> None:
@@ -384,11 +460,19 @@ class LabelLoopingGreedy:
         the rows that found a label and no others; CUDA graphs need the fixed-shape step over every row.
         """
         torch.logical_and(state.active_before, state.labels != self.model.blank_id, out=state.found)
-        if self.confidence is not None:
+        label_steps = state.label_steps
+        if label_steps is not None:
+            label_steps.record_(state)
+        elif self.confidence is not None:
+            if self.confidence.exclude_blank:  # one measure per label, batched (rows not found are ignored)
+                state.label_confidence.copy_(self._step_confidence(state.label_logits))
             self._close_label_confidence(state, state.found)
         state.hypotheses.append_(state.found, state.labels, state.label_time, state.label_scores,
                                  state.label_durations if self.is_tdt else None,
-                                 state.label_confidence if self.confidence is not None else None)
+                                 state.label_confidence if self.confidence is not None and label_steps is None
+                                 else None)
+        if label_steps is not None:
+            label_steps.flush_(self, state)
         rows = state.found.nonzero().squeeze(1) if compact else None
         if rows is not None and len(rows) < state.batch_size:
             if len(rows) > 0:

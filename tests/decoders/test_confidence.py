@@ -145,3 +145,26 @@ def test_ctc_token_confidence(config):
         assert len(result.confidence) == len(expected)
         torch.testing.assert_close(torch.tensor(result.confidence, dtype=torch.double),
                                    torch.tensor(expected, dtype=torch.double), atol=1e-9, rtol=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["rnnt", "tdt"])
+@pytest.mark.parametrize("window", [1, 3])
+@pytest.mark.parametrize("config", [CONFIGS[0], CONFIGS[4]], ids=["default", "gibbs-duration"])
+def test_transducer_token_confidence_past_one_block(kind, window, config):
+    """exclude_blank in eager mode measures the label steps 64 outer iterations at a time: rows of more
+    than 64 labels and rows of length 0 and 1 still match the reference."""
+    model = tiny_model(kind)
+    generator = torch.Generator().manual_seed(11)
+    lengths = torch.tensor([1000, 0, 1, 640])
+    encoder_output = torch.randn(len(lengths), 1000, 8, generator=generator, dtype=torch.double)
+    max_symbols = 2
+    greedy_config = GreedyConfig(max_symbols=max_symbols, window_size=window)
+    hypotheses = LabelLoopingGreedy(model, greedy_config, confidence=config)(encoder_output, lengths)
+    assert int(hypotheses.token_lengths.max()) > 64
+    for b, result in enumerate(hypotheses.to_list()):
+        n = int(lengths[b])
+        steps = reference.transducer_steps(model, encoder_output[b, :n], max_symbols)
+        expected = reference.transducer_token_confidence(steps, n, model.blank_id, kind == "tdt", config)
+        assert result.tokens == [s[1] for s in steps if s[1] != model.blank_id]
+        torch.testing.assert_close(torch.tensor(result.confidence, dtype=torch.double),
+                                   torch.tensor(expected, dtype=torch.double), atol=1e-9, rtol=1e-9)
