@@ -1,4 +1,4 @@
-"""Batched greedy decoding for RNN-T and TDT: label-looping (with an optional WIND window) and frame-looping.
+"""Batched greedy decoding for RNN-T and TDT: label-looping (with an optional WIND window).
 
 - `LabelLoopingGreedy`: Bataev et al., 2024, "Label-Looping: Highly Efficient Decoding for Transducers",
   Algorithm 3. The outer loop runs once per emitted label for the whole batch; the inner loop re-runs only the
@@ -6,8 +6,9 @@
   per label, batched over all utterances. With `window_size` W > 1 the inner search evaluates the joint on W
   frames at once and jumps to the first label among them (WIND, "Windowed Non-blank Detection", Algorithm 2);
   since the prediction output does not change over blank frames, the labels are exactly those of plain greedy.
-- `FrameLoopingGreedy`: the conventional batched baseline (label-looping paper, Algorithm 2): loop over frames,
-  and on each frame over labels, running the joint and the prediction network for the whole batch.
+- `FrameLoopingGreedy` (`decoders/frame_looping.py`), the conventional batched baseline (label-looping paper,
+  Algorithm 2), loops over frames, and on each frame over labels, running the joint and the prediction network
+  for the whole batch.
 
 Shallow fusion with a label-level LM (`LabelLoopingGreedy(model, config, lm=...)`, `config.lm_weight`), as NeMo
 defines it for greedy transducer decoding: the plain argmax over all labels decides blank or not; when it is
@@ -45,7 +46,7 @@ from decoders.confidence import (
 )
 from decoders.fusion import check_lm_device, lm_for_fusion
 from decoders.hypotheses import BatchedHypotheses
-from decoders.protocols import LanguageModel, PredictorState, TransducerModel
+from decoders.protocols import LanguageModel, TransducerModel
 
 
 @dataclass(frozen=True)
@@ -596,65 +597,3 @@ class _CudaGraphsRunner:
             self.graphs["after"].replay()
         self.decoder._finish_confidence(state)
         return state.hypotheses.select(batch_size)
-
-
-class FrameLoopingGreedy:
-    """Frame-looping batched greedy search for RNN-T and TDT (label-looping paper, Algorithm 2): the baseline.
-
-    For each frame t, utterances whose current frame is t look for labels, one joint and one prediction
-    step for the whole batch per label, until every such utterance has left the frame.
-    """
-
-    def __init__(self, model: TransducerModel, config: GreedyConfig = GreedyConfig()) -> None:
-        if config.window_size != 1:
-            raise ValueError("FrameLoopingGreedy has no window; use LabelLoopingGreedy for WIND")
-        self.model = model
-        self.config = config
-        self.num_labels = model.vocab_size + 1
-        self.is_tdt = len(model.durations) > 0
-
-    @torch.no_grad()
-    def __call__(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
-        """encoder_output [B, T, D], encoder_lengths [B] -> the greedy hypothesis of each utterance."""
-        check_encoder_inputs(encoder_output, encoder_lengths)
-        model = self.model
-        device = encoder_output.device
-        batch_size, max_time, _ = encoder_output.shape
-        encoder_lengths = encoder_lengths.to(device=device, dtype=torch.long)
-        encoder_projected = model.project_encoder(encoder_output)
-        hypotheses = BatchedHypotheses(batch_size, max_time + 1, device, encoder_projected.dtype,
-                                       with_durations=self.is_tdt)
-        durations_table = torch.tensor(model.durations, dtype=torch.long, device=device) if self.is_tdt else None
-
-        labels = torch.full((batch_size,), model.blank_id, dtype=torch.long, device=device)
-        state: PredictorState = model.initial_state(batch_size, device, encoder_projected.dtype)
-        prediction, state = model.predict(labels, state)
-        prediction = model.project_prediction(prediction)
-        time = torch.zeros(batch_size, dtype=torch.long, device=device)
-        emitted = 0
-        for t in range(max_time):
-            on_frame = (time == t) & (encoder_lengths > t)
-            for symbol in range(self.config.max_symbols):
-                if not bool(on_frame.any()):
-                    break
-                logits = model.joint_after_projection(encoder_projected[:, t], prediction)  # [B, V (+N)]
-                scores, labels = _label_scores(logits, self.num_labels)
-                is_blank = labels == model.blank_id
-                if self.is_tdt:
-                    durations = durations_table[logits[:, self.num_labels:].argmax(dim=-1)]
-                else:
-                    durations = torch.zeros_like(labels)
-                emit = on_frame & ~is_blank
-                emitted += 1
-                hypotheses.ensure_capacity_(emitted)
-                hypotheses.append_(emit, labels, torch.full_like(labels, t), scores,
-                                   durations if self.is_tdt else None)
-                new_prediction, new_state = model.predict(labels, state)
-                prediction = torch.where(emit.unsqueeze(1), model.project_prediction(new_prediction), prediction)
-                model.replace_states_(state, new_state, emit)
-                jumps = torch.where(is_blank, durations.clamp(min=1), durations)
-                time = torch.where(on_frame, time + jumps, time)
-                on_frame = on_frame & (jumps == 0)
-                if symbol == self.config.max_symbols - 1:
-                    time = time + on_frame  # max_symbols reached: move one frame on
-        return hypotheses

@@ -13,8 +13,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from decoders.frame_looping import FrameLoopingGreedy
 from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias
-from decoders.transducer_greedy import FrameLoopingGreedy, GreedyConfig, LabelLoopingGreedy
+from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
 from tests.reference.compare import assert_same_hypotheses
 from tests.reference.transducer_greedy import greedy_decode
 
