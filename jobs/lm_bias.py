@@ -46,6 +46,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from pipeline.config import BUNDLED_MODEL, InputConfig, ModelConfig, TranscribeJobConfig  # noqa: E402
 from pipeline.decoding import STRATEGIES, DecodingConfig, DecodingError, plan_decoding, strategies_for  # noqa: E402
+from pipeline.graph import connect_ray  # noqa: E402
 from pipeline.lm_text import TextNormaliser, check  # noqa: E402
 from pipeline.manifest import read_manifest  # noqa: E402
 from pipeline.redact import redact  # noqa: E402
@@ -346,30 +347,16 @@ def report_markdown(report: dict[str, Any]) -> str:
 
 def plot_dev_wer(report: dict[str, Any]) -> bytes:
     """PNG: dev WER against the LM weight per strategy (CTC beam at its chosen insertion bonus)."""
-    import io
+    from pipeline.plots import new_plot, png
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4.2), dpi=110)
+    figure, axes = new_plot()
     for r in report["strategies"]:
         bonus = r["best"]["bonus"]
         points = sorted((t["lm_weight"], t["wer"]) for t in r["trials"]
                         if t["lm_weight"] == 0 or bonus is None or t["bonus"] == bonus)
         label = r["name"] + (f" (bonus {bonus:g})" if bonus is not None else "")
         axes.plot([p[0] for p in points], [100 * p[1] for p in points], marker="o", label=label)
-    axes.set_xlabel("LM weight (0: no LM)")
-    axes.set_ylabel("dev WER, %")
-    axes.set_title("Dev WER against the LM weight")
-    axes.grid(alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    plt.close(figure)
-    return buffer.getvalue()
+    return png(figure, axes, "LM weight (0: no LM)", "dev WER, %", "Dev WER against the LM weight")
 
 
 # ---------------------------------------------------------------------------------------------------- main
@@ -390,18 +377,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", default=ModelConfig().cache_dir, help="node-local cache of models")
     p.add_argument("--ray-address", help="Ray cluster (default: RAY_ADDRESS, else a private local Ray)")
     return p
-
-
-def connect(address: str | None) -> None:
-    import ray
-
-    if ray.is_initialized():
-        return
-    address = address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, log_to_driver=True)
-    else:  # a private local Ray for this job, on loopback only
-        ray.init(include_dashboard=False, _node_ip_address="127.0.0.1")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -446,7 +421,7 @@ def run(args: argparse.Namespace, started: float) -> int:
           + ", ".join(f"order {o}: {p:.2f}" for o, p in lm["heldout_perplexity_by_order"].items()), flush=True)
     lm_uri = output.path(LM_DIR, "domain.lm")
 
-    connect(args.ray_address)
+    connect_ray(args.ray_address)
     identity = {"lm_identity": lm["identity"], "lm_order": lm["order"], "model_sha256": _file_sha256(model_path),
                 "dev": [(r["audio_filepath"], r["offset"], r["duration"], r["reference_text"]) for r in dev_rows]}
     tuning_started = time.perf_counter()

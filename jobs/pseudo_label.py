@@ -32,7 +32,6 @@ import argparse
 import gzip
 import hashlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -44,6 +43,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from pipeline import schema, sink  # noqa: E402
 from pipeline.config import BUNDLED_MODEL, ModelConfig, ResourcesConfig, TranscribeJobConfig  # noqa: E402
 from pipeline.decoding import DecodingConfig, DecodingError, describe, plan_decoding  # noqa: E402
+from pipeline.graph import connect_ray  # noqa: E402
 from pipeline.labels import (  # noqa: E402
     LabelFilters,
     audio_entries,
@@ -146,14 +146,9 @@ def curve(rows: list[dict[str, Any]], filters: LabelFilters) -> list[dict[str, A
 
 
 def plot(points: list[dict[str, Any]], threshold: float) -> bytes:
-    import io
+    from pipeline.plots import new_plot, png
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4.2), dpi=110)
+    figure, axes = new_plot()
     x = [p["threshold"] for p in points]
     axes.plot(x, [100 * p["keep_rate"] for p in points], marker="o", label="kept, % of utterances")
     for name in ("kept", "rejected"):
@@ -161,15 +156,7 @@ def plot(points: list[dict[str, Any]], threshold: float) -> bytes:
             axes.plot(x, [100 * p[f"{name}_wer"] if p[f"{name}_wer"] is not None else float("nan") for p in points],
                       marker=".", label=f"WER of {name}, %")
     axes.axvline(threshold, color="gray", linestyle="--", label=f"threshold {threshold:g}")
-    axes.set_xlabel("minimum utterance confidence")
-    axes.set_ylabel("%")
-    axes.grid(alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    plt.close(figure)
-    return buffer.getvalue()
+    return png(figure, axes, "minimum utterance confidence", "%")
 
 
 def report_markdown(report: dict[str, Any]) -> str:
@@ -276,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"pseudo_label: {len(manifests)} manifest(s), {len(audio)} audio file(s) -> {redact(folder.uri)}",
           flush=True)
 
-    connect(args.ray_address)
+    connect_ray(args.ray_address)
     from pipeline.graph import JobError, run_transcription
 
     config = TranscribeJobConfig(manifests=tuple(manifests), output=folder.child(TRANSCRIPTS).uri,
@@ -333,18 +320,6 @@ def build_report(args, decoding, filters, rows, kept, rejected, reasons, points,
         "train": f"{run_folder.uri}/train.json", "train_cuts": f"{run_folder.uri}/train_cuts.jsonl.gz",
         "rejected_manifest": f"{run_folder.uri}/rejected.json",
     }
-
-
-def connect(address: str | None) -> None:
-    import ray
-
-    if ray.is_initialized():
-        return
-    address = address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address)
-    else:  # a private local Ray for this job, on loopback only
-        ray.init(include_dashboard=False, _node_ip_address="127.0.0.1")
 
 
 if __name__ == "__main__":

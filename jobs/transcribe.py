@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -244,16 +243,6 @@ def check_before_starting(config: TranscribeJobConfig) -> None:
             raise SystemExit(f"loopscribe: --lm {problem}")
 
 
-def connect(config: TranscribeJobConfig) -> None:
-    import ray
-
-    address = config.ray_address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address)
-    else:  # a private local Ray for this job, on loopback only
-        ray.init(include_dashboard=False, _node_ip_address="127.0.0.1")
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     config = config_from_args(args)
@@ -266,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         return redact(text, secrets)
 
     check_before_starting(config)
-    from pipeline.graph import JobError, expand_manifests, run_transcription
+    from pipeline.graph import JobError, connect_ray, expand_manifests, run_transcription
 
     try:
         manifest_uris = expand_manifests(config, warn=lambda line: print(f"loopscribe: warning: {hide(line)}",
@@ -277,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"({describe(config.decoding)})"), flush=True)
     for note in advice(config.decoding):
         print(f"loopscribe: note: {note}", file=sys.stderr, flush=True)
-    connect(config)
+    connect_ray(config.ray_address)
     try:
         summary = run_transcription(config, manifest_uris=manifest_uris)
     except (JobError, FileNotFoundError) as error:

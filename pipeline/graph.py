@@ -76,6 +76,22 @@ def plan_job_decoding(facts: ModelFacts, config: TranscribeJobConfig, device: st
         raise JobError(str(error)) from None
 
 
+def connect_ray(address: str | None) -> None:
+    """Join the Ray cluster at `address`, else RAY_ADDRESS (set by `ray job submit`), else start a private local
+    Ray on loopback only; nothing if this process is connected already."""
+    import os
+
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address)
+    else:
+        ray.init(include_dashboard=False, _node_ip_address="127.0.0.1")
+
+
 def resolve_device(config: TranscribeJobConfig) -> str:
     import ray
 
