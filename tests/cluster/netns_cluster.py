@@ -234,12 +234,19 @@ class NetnsCluster:
         return self.ns(self.head_ns, [str(VENV_BIN / "ray"), "job", *args, "--address",
                                       f"http://{HEAD_ADDRESS}:{DASHBOARD_PORT}"], timeout_s=timeout_s, check=False)
 
+    def job_sdk(self, expression: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
+        """Evaluate `expression` with `client` (a JobSubmissionClient for this cluster) in the head namespace;
+        `ray job status` prints no status word for finished jobs ("Job 'x' failed"), so the SDK is asked."""
+        script = ("from ray.job_submission import JobSubmissionClient\n"
+                  f"client = JobSubmissionClient('http://{HEAD_ADDRESS}:{DASHBOARD_PORT}')\n"
+                  f"print('\\n' + str({expression}))\n")
+        return self.ns(self.head_ns, [PYTHON, "-c", script], timeout_s=timeout_s, check=False)
+
     def job_status(self, submission_id: str) -> str:
-        result = self.ray_job("status", submission_id)
-        for status in ("SUCCEEDED", "FAILED", "STOPPED", "RUNNING", "PENDING"):
-            if status in result.stdout:
-                return status
-        return "UNKNOWN"
+        """PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED; UNKNOWN when the dashboard did not answer."""
+        result = self.job_sdk(f"client.get_job_status({submission_id!r}).value", timeout_s=30)
+        lines = result.stdout.strip().splitlines()
+        return lines[-1].strip() if result.returncode == 0 and lines else "UNKNOWN"
 
     def wait_job(self, submission_id: str, timeout_s: float) -> str:
         deadline = time.monotonic() + timeout_s
@@ -259,7 +266,8 @@ class NetnsCluster:
             raise RuntimeError(f"submit failed: {result.stdout[-2000:]} {result.stderr[-2000:]}")
 
     def job_logs(self, submission_id: str) -> str:
-        return self.ray_job("logs", submission_id).stdout
+        result = self.ray_job("logs", submission_id)
+        return result.stdout + result.stderr
 
     def actor_nodes(self) -> dict[str, set[str]]:
         """Node ip -> class names of every actor the cluster has had (alive or dead)."""
