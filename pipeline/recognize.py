@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from decoders.confidence import Aggregation, reduce_masked
+from decoders.confidence import Aggregation, segment_reduce
 from decoders.hypotheses import BatchedHypotheses
 from decoders.timestamps import Span, SpanKind, refine_punctuation_spans, token_frame_spans, word_spans
 from decoders.transducer_greedy import GreedyConfig
@@ -74,9 +74,7 @@ def transcript_of(model: AsrModel | ModelLayout, span_kind: SpanKind, tokens: Se
     if token_confidence is not None:
         if len(token_confidence) != len(tokens):
             raise ValueError(f"got {len(token_confidence)} token confidences for {len(tokens)} tokens")
-        word_confidence = [_aggregate([token_confidence[k] for k in range(w.pieces[0], w.pieces[1] + 1)],
-                                      aggregation) for w in words]
-        confidence = _aggregate(word_confidence, aggregation) if word_confidence else None
+        word_confidence, confidence = _word_and_utterance_confidence(token_confidence, words, aggregation)
     return Transcript(
         text=tokenizer.ids_to_text(tokens),
         tokens=tokens,
@@ -90,10 +88,19 @@ def transcript_of(model: AsrModel | ModelLayout, span_kind: SpanKind, tokens: Se
     )
 
 
-def _aggregate(values: Sequence[float], aggregation: Aggregation) -> float:
-    reduced, count = reduce_masked(aggregation, torch.tensor(values, dtype=torch.float64),
-                                   torch.ones(len(values), dtype=torch.bool))
-    return float(reduced / count) if aggregation == "mean" else float(reduced)
+def _word_and_utterance_confidence(token_confidence: Sequence[float], words: Sequence[Span],
+                                   aggregation: Aggregation) -> tuple[list[float], float | None]:
+    """Each word's confidence, the `aggregation` of its pieces' (`Span.pieces`), and the utterance's, the same
+    aggregation of its words': one `segment_reduce` each, not a reduction per word."""
+    if not words:
+        return [], None
+    segment_ids = torch.full((1, len(token_confidence)), -1, dtype=torch.long)
+    for index, word in enumerate(words):
+        segment_ids[0, word.pieces[0]: word.pieces[1] + 1] = index
+    values = torch.tensor([token_confidence], dtype=torch.float64)
+    per_word = segment_reduce(values, segment_ids, len(words), aggregation)  # [1, W]
+    utterance = segment_reduce(per_word, torch.zeros_like(per_word, dtype=torch.long), 1, aggregation)
+    return per_word[0].tolist(), float(utterance[0, 0])
 
 
 class GreedyRecognizer:

@@ -159,6 +159,8 @@ def test_confidence_fills_words_and_the_utterance_column_as_in_process(rows, mod
         assert got == pytest.approx(expected.word_confidence, abs=1e-6)  # float32 in Parquet
         assert all(0.0 <= c <= 1.0 for c in got)
         reduce = {"min": min, "mean": lambda v: sum(v) / len(v)}[aggregation]
+        by_hand = [reduce(h.confidence[w.pieces[0]: w.pieces[1] + 1]) for w in expected.words]  # each word's pieces
+        assert got == pytest.approx(by_hand, abs=1e-6)
         assert row[schema.CONFIDENCE] == pytest.approx(reduce(expected.word_confidence)) if got else (
             row[schema.CONFIDENCE] is None)
         assert "confidence=tsallis-exp-0.33-" + aggregation in row[schema.DECODING]
