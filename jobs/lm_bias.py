@@ -46,6 +46,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from pipeline.config import BUNDLED_MODEL, InputConfig, ModelConfig, TranscribeJobConfig  # noqa: E402
 from pipeline.decoding import STRATEGIES, DecodingConfig, DecodingError, plan_decoding, strategies_for  # noqa: E402
+from pipeline.folder import Folder  # noqa: E402
 from pipeline.graph import connect_ray  # noqa: E402
 from pipeline.lm_text import TextNormaliser, check  # noqa: E402
 from pipeline.manifest import read_manifest  # noqa: E402
@@ -115,42 +116,17 @@ def chosen_strategies(model_path: str, asked: list[str] | None) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------- output
-class Output:
-    """The job's output folder (local or any fsspec URI)."""
-
-    def __init__(self, uri: str) -> None:
-        import fsspec
-
-        self.uri = uri.rstrip("/")
-        self.filesystem, self.root = fsspec.core.url_to_fs(self.uri)
-
-    def path(self, *names: str) -> str:
-        return "/".join([self.uri, *names])
-
-    def read(self, *names: str) -> str | None:
-        path = "/".join([self.root, *names])
-        return self.filesystem.cat_file(path).decode() if self.filesystem.exists(path) else None
-
-    def write(self, data: str | bytes, *names: str) -> None:
-        path = "/".join([self.root, *names])
-        self.filesystem.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        self.filesystem.pipe_file(path, data.encode() if isinstance(data, str) else data)
-
-    def put(self, local: str, *names: str) -> None:
-        path = "/".join([self.root, *names])
-        self.filesystem.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        self.filesystem.put_file(local, path)
 
 
 # ---------------------------------------------------------------------------------------------------- LM
-def build_domain_lm(lines: list[str], model_path: str, output: Output, orders: tuple[int, ...]) -> dict[str, Any]:
+def build_domain_lm(lines: list[str], model_path: str, output: Folder, orders: tuple[int, ...]) -> dict[str, Any]:
     """The LM of the normalised `lines` at OUTPUT/lm/domain.lm, the order chosen on held-out lines; reused when
     lm.json says it was built from the same lines, model and orders."""
     from jobs.build_lm import build_lm
 
     identity = {"text_sha256": hashlib.sha256("\n".join(lines).encode()).hexdigest(),
                 "tokenizer_sha256": _file_sha256(model_path), "orders": list(orders)}
-    stored = output.read(LM_DIR, "lm.json")
+    stored = output.read(f"{LM_DIR}/lm.json")
     if stored and json.loads(stored).get("identity") == identity:
         return {**json.loads(stored), "reused": True}
     with tempfile.TemporaryDirectory(prefix="lsbias") as scratch:
@@ -163,12 +139,12 @@ def build_domain_lm(lines: list[str], model_path: str, output: Output, orders: t
             perplexity[order] = report.heldout_perplexity
         best = min(orders, key=lambda order: (perplexity[order], order))
         report = build_lm([text], model_path, Path(scratch) / "domain.lm", order=best, tool="varikn")
-        output.put(str(Path(scratch) / "domain.lm"), LM_DIR, "domain.lm")
-        output.write(text.read_text(encoding="utf-8"), LM_DIR, "text.txt")
+        output.put(f"{LM_DIR}/domain.lm", str(Path(scratch) / "domain.lm"))
+        output.write(f"{LM_DIR}/text.txt", text.read_text(encoding="utf-8"))
     built = {"identity": identity, "order": best, "heldout_perplexity_by_order": perplexity,
              "heldout_every": HELDOUT_EVERY, "ngram_counts": report.ngram_counts, "sentences": len(lines),
              "build_s": report.seconds}
-    output.write(json.dumps(built, indent=1), LM_DIR, "lm.json")
+    output.write(f"{LM_DIR}/lm.json", json.dumps(built, indent=1))
     return {**built, "reused": False}
 
 
@@ -194,7 +170,7 @@ def tune_strategy(strategy: str, beam_size: int, model_uri: str, lm_uri: str, ca
     from pipeline.tuning import TrialCache, encode_set, score, transcribe_set, tune
 
     torch.set_num_threads(threads)
-    output = Output(output_uri)
+    output = Folder(output_uri)
     model = load_asr_model(model_uri, cache_dir=f"{cache_dir}/models")
     lm_path = str(fetch_file(lm_uri, cache_dir=f"{cache_dir}/lms", suffix=".lm"))
     lm = NgramLm.load(lm_path)
@@ -226,7 +202,7 @@ def tune_strategy(strategy: str, beam_size: int, model_uri: str, lm_uri: str, ca
 
     steps = f"{name.replace(' ', '-')}.json"
     cache = TrialCache({**identity, "strategy": strategy, "beam_size": beam_size},
-                       output.read(TUNING_DIR, steps), lambda text: output.write(text, TUNING_DIR, steps))
+                       output.read(f"{TUNING_DIR}/{steps}"), lambda text: output.write(f"{TUNING_DIR}/{steps}", text))
     result = tune(base, evaluate, cache, progress)
     report: dict[str, Any] = {
         "name": name, "strategy": strategy, "beam_size": beam_size if plan.strategy.beam else None,
@@ -410,7 +386,7 @@ def run(args: argparse.Namespace, started: float) -> int:
             expand_manifest_uris(args.manifest)
         except FileNotFoundError as error:
             raise BiasError(f"--manifest: {error}") from None
-    output = Output(args.output)
+    output = Folder(args.output)
     print(f"lm_bias: {text.read} lines of domain text ({normaliser.describe()}; {text.unencodable} dropped), "
           f"dev {len(dev_rows)}" + (f", test {len(test_rows)}" if test_rows else "")
           + f" utterances; strategies {', '.join(strategies)}", flush=True)
@@ -419,7 +395,7 @@ def run(args: argparse.Namespace, started: float) -> int:
     lm_s = time.perf_counter() - started
     print(f"lm_bias: LM order {lm['order']} ({'reused' if lm['reused'] else 'built'}): held-out perplexity "
           + ", ".join(f"order {o}: {p:.2f}" for o, p in lm["heldout_perplexity_by_order"].items()), flush=True)
-    lm_uri = output.path(LM_DIR, "domain.lm")
+    lm_uri = output.uri_of(f"{LM_DIR}/domain.lm")
 
     connect_ray(args.ray_address)
     identity = {"lm_identity": lm["identity"], "lm_order": lm["order"], "model_sha256": _file_sha256(model_path),
@@ -433,32 +409,32 @@ def run(args: argparse.Namespace, started: float) -> int:
     decoding = decoding_of(chosen, lm_uri)
     import yaml
 
-    output.write(yaml.safe_dump({"model": {"uri": args.model}, "decoding": dataclasses.asdict(decoding)},
-                                sort_keys=False), "decoding.yaml")
+    output.write("decoding.yaml", yaml.safe_dump({"model": {"uri": args.model},
+                                                  "decoding": dataclasses.asdict(decoding)}, sort_keys=False))
     report: dict[str, Any] = {
         "model": args.model, "text": list(args.text), "normalisation": normaliser.describe(),
         "unencodable_lines": text.unencodable, "lm": lm, "lm_uri": lm_uri, "dev": args.dev,
         "dev_utterances": len(dev_rows), "test": args.test, "test_utterances": len(test_rows or []),
         "strategies": results, "chosen": chosen, "decoding": dataclasses.asdict(decoding),
-        "decoding_yaml": output.path("decoding.yaml"), "plot": "dev_wer.png", "lm_s": lm_s, "tuning_s": tuning_s}
-    output.write(plot_dev_wer(report), "dev_wer.png")
+        "decoding_yaml": output.uri_of("decoding.yaml"), "plot": "dev_wer.png", "lm_s": lm_s, "tuning_s": tuning_s}
+    output.write("dev_wer.png", plot_dev_wer(report))
     if not chosen["lm_helps"]:
         print(f"lm_bias: no LM setting beat {chosen['name']} without the LM on dev beyond chance: the LM is "
               "not used", flush=True)
     if args.manifest:
         from pipeline.graph import run_transcription
 
-        config = TranscribeJobConfig(manifests=tuple(args.manifest), output=output.path("transcripts"),
+        config = TranscribeJobConfig(manifests=tuple(args.manifest), output=output.uri_of("transcripts"),
                                      model=ModelConfig(uri=args.model, cache_dir=args.cache_dir), decoding=decoding)
         summary = run_transcription(config)
         report["transcripts"] = {"output": config.output, "rows_ok": summary["rows_ok"],
                                  "rows_error": summary["rows_error"], "this_run_rows": summary["this_run"]["rows"]}
     report["wall_s"] = time.perf_counter() - started
-    output.write(json.dumps(report, indent=1, default=str), "report.json")
+    output.write("report.json", json.dumps(report, indent=1, default=str))
     markdown = report_markdown(report)
-    output.write(markdown, "report.md")
+    output.write("report.md", markdown)
     print(markdown, flush=True)
-    print(f"lm_bias: report -> {output.path('report.md')}; decoding -> {output.path('decoding.yaml')}", flush=True)
+    print(f"lm_bias: report -> {output.uri_of('report.md')}; decoding -> {output.uri_of('decoding.yaml')}", flush=True)
     return 0
 
 

@@ -43,6 +43,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from pipeline import schema, sink  # noqa: E402
 from pipeline.config import BUNDLED_MODEL, ModelConfig, ResourcesConfig, TranscribeJobConfig  # noqa: E402
 from pipeline.decoding import DecodingConfig, DecodingError, describe, plan_decoding  # noqa: E402
+from pipeline.folder import Folder  # noqa: E402
 from pipeline.graph import connect_ray  # noqa: E402
 from pipeline.labels import (  # noqa: E402
     LabelFilters,
@@ -61,42 +62,6 @@ THRESHOLDS = [round(0.05 * k, 2) for k in range(21)]  # the report's curve
 
 class LabelError(ValueError):
     """Input the job cannot use, found before any cluster work: one line for the user."""
-
-
-class Folder:
-    """A folder on any fsspec filesystem."""
-
-    def __init__(self, uri: str) -> None:
-        import fsspec
-
-        self.uri = uri.rstrip("/")
-        self.filesystem, self.root = fsspec.core.url_to_fs(self.uri)
-
-    def child(self, *names: str) -> Folder:
-        return Folder("/".join([self.uri, *names]))
-
-    def path(self, name: str) -> str:
-        return f"{self.root}/{name}"
-
-    def exists(self, name: str = "") -> bool:
-        return self.filesystem.exists(self.path(name) if name else self.root)
-
-    def write(self, name: str, data: str | bytes) -> None:
-        self.filesystem.makedirs(self.root, exist_ok=True)
-        self.filesystem.pipe_file(self.path(name), data.encode() if isinstance(data, str) else data)
-
-    def read(self, name: str) -> str:
-        return self.filesystem.cat_file(self.path(name)).decode()
-
-    def folders(self) -> list[str]:
-        if not self.filesystem.exists(self.root):
-            return []
-        self.filesystem.invalidate_cache(self.root)
-        return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.filesystem.ls(self.root, detail=False)
-                      if self.filesystem.isdir(p))
-
-    def remove(self) -> None:
-        self.filesystem.rm(self.root, recursive=True)
 
 
 def identity_folder(output: Folder, model_sha256: str, decoding: DecodingConfig) -> Folder:
