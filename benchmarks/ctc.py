@@ -7,10 +7,23 @@ which every decoder with an LM fuses (ours through `NgramLm` when decoders/ngram
 table; `ctc-beam-decoder` through KenLM with the word trick of REFERENCE.md section 3). Pruning is the same
 for all beam searches: beam size K, beam threshold (pyctcdecode's beam_prune_logp) and token_min_log_prob
 (its token_min_logp); ours also caps the labels per frame at M. Token error rates (TER) are against the
-sampled label sequences. Ratios are speed-ups over our beam search without collapse.
+sampled label sequences. Ratios are speed-ups over our beam search without collapse, and over the peer.
+"compiled" rows are `decoders/ctc_beam_cpu.py::CpuCtcBeamSearch` (numba; the CPU actors' search), which must give
+the torch search's text; its threads (a pool over the utterances of a batch) follow `--threads`.
+
+With `--domain`, the bundled model and domain test set too (`samples/domain/test.json`, 100 utterances, the
+6-gram token LM built from `samples/domain/lm_text.txt` as benchmarks/accuracy.py builds it, ARPA written for
+the peer with the same n-grams): the CTC head's log-probs of every utterance, decoded side by side by the torch
+search, the compiled search (without and with the pipeline's blank collapse at 0.9) and ctc-beam-decoder at the
+same beam size, LM, LM weight, insertion bonus (the peer's beta: one word per token) and beam threshold; ours
+prune no labels (the pipeline's setting), except the row "compiled, peer's pruning", which prunes as the peer
+does (`token_min_log_prob` = its token_min_logp, default -5, `--domain-token-min-log-prob`). WER and CER by
+jiwer against the references.
 
     python benchmarks/ctc.py            # full table
     python benchmarks/ctc.py --quick    # under a minute on a 2-core CPU
+    python benchmarks/ctc.py --domain   # the domain set too (one thread: --threads 1, the default)
+    python benchmarks/ctc.py --vocab-sizes --domain --repeats 9   # the domain set only
     python benchmarks/ctc.py --device cuda
 
 The last line of output is one JSON object with every figure.
@@ -21,10 +34,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP: no spinning threads
@@ -36,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._timing import interleaved_ms, machine  # noqa: E402
 from decoders.ctc import CtcGreedy, collapse_blanks  # noqa: E402
 from decoders.ctc_beam import CtcBeamConfig, CtcBeamSearch  # noqa: E402
+from decoders.ctc_beam_cpu import CpuCtcBeamSearch  # noqa: E402
 from tests.reference.ctc import (  # noqa: E402
     nemo_symbol,
     peaky_emissions_with_tokens,
@@ -48,7 +64,8 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer and shorter utterances, one repeat")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--vocab-sizes", type=int, nargs="+", default=[128, 1024], help="V, blank included")
+    parser.add_argument("--vocab-sizes", type=int, nargs="*", default=[128, 1024],
+                        help="V, blank included (none: only the domain set, with --domain)")
     parser.add_argument("--utterances", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=32, help="utterances per call of our decoders")
     parser.add_argument("--frames", type=int, default=250, help="frames of the longest utterance (250 = 20 s)")
@@ -60,6 +77,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--thresholds", nargs="+", default=["0.9", "0.99", "0.999", "weak"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (CPU actors use 1 each)")
+    parser.add_argument("--domain", action="store_true", help="also the bundled model on the domain test set")
+    parser.add_argument("--domain-beam-size", type=int, default=4, help="benchmarks/accuracy.py's beam")
+    parser.add_argument("--domain-lm-weight", type=float, default=1.2, help="accuracy.py's pick for ctc_beam")
+    parser.add_argument("--domain-bonus", type=float, default=6.0, help="insertion bonus (the peer's beta)")
+    parser.add_argument("--domain-beam-threshold", type=float, default=20.0, help="the pipeline's default")
+    parser.add_argument("--domain-token-min-log-prob", type=float, default=-5.0, help="the peer's token_min_logp")
     args = parser.parse_args()
     if args.quick:
         args.utterances, args.batch_size, args.frames, args.repeats = 16, 16, 150, 1
@@ -132,7 +155,7 @@ def bench_vocab(args, vocab_size: int, folder: Path) -> dict:
     if args.device == "cuda":
         lm = lm.to("cuda") if hasattr(lm, "to") else lm
 
-    def beam(threshold):
+    def beam(threshold, search=CtcBeamSearch):
         config = CtcBeamConfig(
             beam_size=args.beam_size,
             lm_weight=args.lm_weight,
@@ -141,7 +164,7 @@ def bench_vocab(args, vocab_size: int, folder: Path) -> dict:
             max_labels_per_frame=args.max_labels_per_frame,
             collapse_threshold=threshold,
         )
-        decode = CtcBeamSearch(blank_id, config, lm)
+        decode = search(blank_id, config, lm)
         return lambda: run_ours(decode, log_probs, lengths, args.batch_size, args.device)
 
     runs = {"greedy": lambda: run_ours(CtcGreedy(blank_id), log_probs, lengths, args.batch_size, args.device)}
@@ -152,11 +175,20 @@ def bench_vocab(args, vocab_size: int, folder: Path) -> dict:
     for threshold in args.thresholds:
         runs[f"beam, collapse {threshold}"] = beam(threshold if threshold == "weak" else float(threshold))
     kept = {"greedy": 1.0, "greedy+lm": 1.0, "beam": 1.0}
+    if args.device == "cpu":  # the compiled search (decoders/ctc_beam_cpu.py): CPU only
+        runs["compiled"] = beam(None, CpuCtcBeamSearch)
+        kept["compiled"] = 1.0
+        for threshold in args.thresholds:
+            runs[f"compiled, collapse {threshold}"] = beam(
+                threshold if threshold == "weak" else float(threshold), CpuCtcBeamSearch
+            )
     for threshold in args.thresholds:
         _, collapsed_lengths, _ = collapse_blanks(
             log_probs, lengths, blank_id, None if threshold == "weak" else float(threshold)
         )
         kept[f"beam, collapse {threshold}"] = float(collapsed_lengths.sum() / lengths.sum())
+        if args.device == "cpu":
+            kept[f"compiled, collapse {threshold}"] = kept[f"beam, collapse {threshold}"]
     if importlib.util.find_spec("ctc_beam_decoder") is not None:
         import ctc_beam_decoder
 
@@ -185,6 +217,7 @@ def bench_vocab(args, vocab_size: int, folder: Path) -> dict:
     }
     reference_tokens = results["beam"]["tokens"]
     total_truth = sum(len(t) for t in truths)
+    peer_seconds = results["ctc-beam-decoder"]["seconds"] if "ctc-beam-decoder" in results else None
     rows = {}
     for name, result in results.items():
         errors = sum(edit_distance(h, t) for h, t in zip(result["tokens"], truths))
@@ -192,6 +225,7 @@ def bench_vocab(args, vocab_size: int, folder: Path) -> dict:
             "frames_kept": kept[name],
             "ms_per_utterance": 1000 * result["seconds"] / args.utterances,
             "speedup_vs_beam": results["beam"]["seconds"] / result["seconds"],
+            "speedup_vs_peer": peer_seconds / result["seconds"] if peer_seconds else None,
             "ter_percent": 100 * errors / max(total_truth, 1),
             "same_text_as_beam_percent": 100
             * sum(a == b for a, b in zip(result["tokens"], reference_tokens))
@@ -201,35 +235,185 @@ def bench_vocab(args, vocab_size: int, folder: Path) -> dict:
     return {"vocab_size": vocab_size, "lm": lm_name, "confident_blank_fraction": confident, "rows": rows}
 
 
+def bench_domain(args, folder: Path) -> dict:
+    """The bundled model's CTC head on the domain test set, with the domain LM: WER and time per decoder."""
+    import json as json_module
+
+    import soundfile
+
+    from decoders.ngram.arpa import BOS_ID, EOS_ID, UNK_ID, read_arpa
+    from decoders.ngram.lm import NgramLm
+    from jobs.build_lm import build_lm
+    from pipeline.config import BUNDLED_MODEL
+    from pipeline.nemo_model import load_asr_model
+    from pipeline.tuning import encode_set, score
+
+    repository = Path(__file__).resolve().parent.parent
+    domain = repository / "samples" / "domain"
+    model = load_asr_model(str(BUNDLED_MODEL))
+    rows = [json_module.loads(line) for line in (domain / "test.json").read_text().splitlines() if line.strip()]
+    audio = [soundfile.read(domain / row["audio_filepath"], dtype="float32")[0] for row in rows]
+    references = [row["text"] for row in rows]
+    encoded = encode_set(model, audio, references, 16, model.facts.sample_rate)
+    arrays: list = [None] * len(rows)  # [T, V] float32 CTC log-probs of each utterance, uncollapsed
+    with torch.no_grad():
+        for output, lengths, indices in encoded.batches:
+            log_probs = model.ctc.log_probs(output).float()
+            for b, row in enumerate(indices):
+                arrays[row] = log_probs[b, : int(lengths[b])].contiguous()
+    blank_id, vocab_size = model.ctc.blank_id, model.ctc.vocab_size + 1
+    if blank_id != vocab_size - 1:
+        raise ValueError(f"the peer's labels assume blank last, the model's blank is {blank_id} of {vocab_size}")
+
+    lm_path, arpa_path, peer_arpa = folder / "domain.lm", folder / "domain.arpa", folder / "domain_peer.arpa"
+    build_lm([domain / "lm_text.txt"], str(BUNDLED_MODEL), lm_path, order=6, arpa=arpa_path)
+    lm = NgramLm.load(lm_path)
+    arpa = read_arpa(arpa_path)
+    specials = {BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>"}
+    ngrams = {tuple(specials.get(int(t), int(t)) for t in key): (float(p), float(b))
+              for table, probs, backoffs in zip(arpa.tokens, arpa.log10_probs, arpa.log10_backoffs)
+              for key, p, b in zip(table.reshape(len(probs), -1).tolist(), probs, backoffs)}
+    write_token_arpa(peer_arpa, ngrams, peer_symbol)
+
+    order = sorted(range(len(arrays)), key=lambda i: arrays[i].shape[0], reverse=True)
+    batches = []  # padded batches of 16, longest first, as the writer stage gets them
+    for start in range(0, len(order), 16):
+        indices = order[start : start + 16]
+        lengths = torch.tensor([arrays[i].shape[0] for i in indices])
+        padded = torch.zeros(len(indices), int(lengths.max()), vocab_size)
+        for b, i in enumerate(indices):
+            padded[b, : arrays[i].shape[0]] = arrays[i]
+        batches.append((padded, lengths, indices))
+
+    def ours(search, collapse=None, token_min_log_prob=-math.inf, threads=None):
+        config = CtcBeamConfig(beam_size=args.domain_beam_size, lm_weight=args.domain_lm_weight,
+                               insertion_bonus=args.domain_bonus, beam_threshold=args.domain_beam_threshold,
+                               collapse_threshold=collapse, token_min_log_prob=token_min_log_prob,
+                               cpu_threads=threads)
+        decode = search(blank_id, config, lm)
+
+        def run() -> list[list[int]]:
+            tokens: list = [None] * len(arrays)
+            for padded, lengths, indices in batches:
+                for i, hypothesis in zip(indices, decode(padded, lengths).to_list()):
+                    tokens[i] = hypothesis.tokens
+            return tokens
+
+        return run
+
+    runs = {"torch beam": ours(CtcBeamSearch), "compiled": ours(CpuCtcBeamSearch),
+            "compiled, collapse 0.9": ours(CpuCtcBeamSearch, 0.9),
+            "compiled, peer's pruning": ours(CpuCtcBeamSearch, None, args.domain_token_min_log_prob)}
+    if args.threads == 1:  # the thread pool's gain, side by side (its CPU time is that of both threads)
+        runs["compiled, 2 threads"] = ours(CpuCtcBeamSearch, threads=2)
+    if importlib.util.find_spec("ctc_beam_decoder") is not None:
+        import ctc_beam_decoder
+
+        labels = ["▁" + peer_symbol(i) for i in range(vocab_size - 1)] + [""]
+        peer = ctc_beam_decoder.BeamSearchDecoder(labels, kenlm_model_path=str(peer_arpa),
+                                                  alpha=args.domain_lm_weight, beta=args.domain_bonus)
+        numpy_arrays = [array.numpy() for array in arrays]
+
+        def run_peer() -> list[list[int]]:
+            texts = [peer.decode_beams(array, beam_width=args.domain_beam_size,
+                                       beam_prune_logp=-args.domain_beam_threshold,
+                                       token_min_logp=args.domain_token_min_log_prob)[0][0]
+                     for array in numpy_arrays]
+            return [[ord(word) - 0x4E00 for word in text.split(" ") if word] for text in texts]
+
+        runs["ctc-beam-decoder"] = run_peer
+    # the CPU time of the process during each call too: on a shared machine, time slices lost to other work
+    # count in the wall time but not here (with one thread, both measure the same work)
+    cpu_times: dict[str, list[float]] = {name: [] for name in runs}
+
+    def with_cpu_time(name, run):
+        def timed_run():
+            start = time.process_time()
+            output = run()
+            cpu_times[name].append(time.process_time() - start)
+            return output
+
+        return timed_run
+
+    timed = timed_side_by_side({name: with_cpu_time(name, run) for name, run in runs.items()}, args.repeats, "cpu")
+    cpu_seconds = {name: statistics.median(values[1:]) for name, values in cpu_times.items()}  # [0]: warm-up
+    peer_seconds = timed["ctc-beam-decoder"][0] if "ctc-beam-decoder" in timed else None
+    peer_cpu = cpu_seconds.get("ctc-beam-decoder")
+    torch_tokens = timed["torch beam"][1]
+    rows_out = {}
+    for name, (seconds, tokens) in timed.items():
+        texts = [model.tokenizer.ids_to_text([int(t) for t in sequence]) for sequence in tokens]
+        measured = score(references, texts)
+        rows_out[name] = {"ms_per_utterance": 1000 * seconds / len(arrays), "wer": measured.wer,
+                          "cpu_ms_per_utterance": 1000 * cpu_seconds[name] / len(arrays),
+                          "cpu_speedup_vs_peer": peer_cpu / cpu_seconds[name] if peer_cpu else None,
+                          "cer": measured.cer, "speedup_vs_peer": peer_seconds / seconds if peer_seconds else None,
+                          "same_tokens_as_torch_percent": 100 * sum(a == b for a, b in zip(tokens, torch_tokens))
+                          / len(arrays)}
+    return {"utterances": len(arrays), "audio_s": encoded.audio_s, "frames": sum(a.shape[0] for a in arrays),
+            "lm_ngrams": len(ngrams), "rows": rows_out}
+
+
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
+    domain = None
     with tempfile.TemporaryDirectory() as folder:
         results = [bench_vocab(args, vocab_size, Path(folder)) for vocab_size in args.vocab_sizes]
+        if args.domain:
+            domain = bench_domain(args, Path(folder))
 
-    print(
-        f"CTC decoding on peaky synthetic emissions: {args.utterances} utterances of "
-        f"{int(args.frames * 0.8)}-{args.frames} frames, beam {args.beam_size}, LM weight {args.lm_weight}, "
-        f"beam threshold {args.beam_threshold}, token_min_log_prob {args.token_min_log_prob}, "
-        f"our labels per frame <= {args.max_labels_per_frame}, our batch {args.batch_size}, device {args.device}, "
-        f"{torch.get_num_threads()} threads"
-    )
-    print("x = speed-up over our beam search without collapse; TER against the sampled label sequences")
+    if results:
+        print(
+            f"CTC decoding on peaky synthetic emissions: {args.utterances} utterances of "
+            f"{int(args.frames * 0.8)}-{args.frames} frames, beam {args.beam_size}, LM weight {args.lm_weight}, "
+            f"beam threshold {args.beam_threshold}, token_min_log_prob {args.token_min_log_prob}, our labels per "
+            f"frame <= {args.max_labels_per_frame}, our batch {args.batch_size}, device {args.device}, "
+            f"{torch.get_num_threads()} threads"
+        )
+        print("x = speed-up over our (torch) beam search without collapse; x peer = over ctc-beam-decoder; "
+              "compiled = decoders/ctc_beam_cpu.py; TER against the sampled label sequences")
     for result in results:
         print(
             f"\nV={result['vocab_size']} (LM: {result['lm']}; "
             f"{100 * result['confident_blank_fraction']:.0f}% frames with p(blank) > 0.9)"
         )
         header = (
-            f"{'decoder':<22} | {'frames kept':>11} | {'ms/utt':>8} | {'x':>6} | {'TER %':>6} | {'same as beam':>12}"
+            f"{'decoder':<27} | {'frames kept':>11} | {'ms/utt':>8} | {'x':>6} | {'x peer':>6} | {'TER %':>6} | "
+            f"{'same as beam':>12}"
         )
         print(header)
         print("-" * len(header))
         for name, row in result["rows"].items():
+            peer = f"{row['speedup_vs_peer']:5.2f}x" if row["speedup_vs_peer"] else f"{'-':>6}"
             print(
-                f"{name:<22} | {100 * row['frames_kept']:10.0f}% | {row['ms_per_utterance']:8.2f} | "
-                f"{row['speedup_vs_beam']:5.2f}x | {row['ter_percent']:6.2f} | "
+                f"{name:<27} | {100 * row['frames_kept']:10.0f}% | {row['ms_per_utterance']:8.2f} | "
+                f"{row['speedup_vs_beam']:5.2f}x | {peer} | {row['ter_percent']:6.2f} | "
                 f"{row['same_text_as_beam_percent']:11.0f}%"
+            )
+    if domain is not None:
+        print(
+            f"\nThe bundled model's CTC head on samples/domain/test.json ({domain['utterances']} utterances, "
+            f"{domain['audio_s']:.0f} s of audio, {domain['frames']} frames), the domain 6-gram LM "
+            f"({domain['lm_ngrams']} n-grams): beam {args.domain_beam_size}, LM weight {args.domain_lm_weight}, "
+            f"bonus {args.domain_bonus}, beam threshold {args.domain_beam_threshold}; ours prune no labels, the "
+            f"peer token_min_logp {args.domain_token_min_log_prob}; batches of 16, {torch.get_num_threads()} threads, "
+            f"median of {args.repeats} interleaved rounds"
+        )
+        print("ms/utt: wall time; cpu ms/utt: the process's CPU time (robust to other load with one thread)")
+        header = (
+            f"{'decoder':<24} | {'ms/utt':>8} | {'x peer':>6} | {'cpu ms/utt':>10} | {'x peer':>6} | {'WER %':>6} | "
+            f"{'CER %':>6} | {'same as torch':>13}"
+        )
+        print(header)
+        print("-" * len(header))
+        for name, row in domain["rows"].items():
+            peer = f"{row['speedup_vs_peer']:5.2f}x" if row["speedup_vs_peer"] else f"{'-':>6}"
+            peer_cpu = f"{row['cpu_speedup_vs_peer']:5.2f}x" if row["cpu_speedup_vs_peer"] else f"{'-':>6}"
+            print(
+                f"{name:<24} | {row['ms_per_utterance']:8.2f} | {peer} | {row['cpu_ms_per_utterance']:10.2f} | "
+                f"{peer_cpu} | {100 * row['wer']:6.2f} | {100 * row['cer']:6.2f} | "
+                f"{row['same_tokens_as_torch_percent']:12.0f}%"
             )
     command = "python benchmarks/ctc.py " + " ".join(sys.argv[1:])
     print(f"\nreproduce: {command.strip()}")
@@ -239,6 +423,7 @@ def main() -> None:
         **machine(args.device),
         "config": {k: v for k, v in vars(args).items() if k != "quick"},
         "results": results,
+        "domain": domain,
     }
     print(json.dumps(summary))
 

@@ -79,6 +79,18 @@ def parser() -> argparse.ArgumentParser:
     inputs.add_argument("--duration-tolerance-s", type=float,
                         help="a manifest duration further than this from the measured one is counted in the "
                              f"summary (default: {defaults.input.duration_tolerance_s:g})")
+    long = p.add_argument_group("long recordings (cut into overlapping chunks, merged back into one row)")
+    long.add_argument("--chunk-s", type=float,
+                      help="rows longer than this are decoded in chunks of this many seconds; 0: never (the "
+                           f"encoder's memory then grows with the row) (default: {defaults.long_audio.chunk_s:g})")
+    long.add_argument("--chunk-overlap-s", type=float, dest="overlap_s",
+                      help=f"seconds each chunk overlaps the next (default: {defaults.long_audio.overlap_s:g})")
+    long.add_argument("--attention", choices=("full", "local"),
+                      help="encoder self-attention: full, or local (NeMo's rel_pos_local_attn; Conformer models) "
+                           f"(default: {defaults.long_audio.attention})")
+    long.add_argument("--local-context", type=int,
+                      help="encoder frames each side that local attention sees (default: "
+                           f"{defaults.long_audio.local_context})")
     model = p.add_argument_group("model")
     model.add_argument("--model", dest="model_uri", metavar="URI",
                        help=f"NeMo RNN-T, TDT, CTC or hybrid .nemo, path or URI (default: the bundled model, "
@@ -95,11 +107,19 @@ def parser() -> argparse.ArgumentParser:
                      help="labels per frame for transducers (default: the checkpoint's setting)")
     dec.add_argument("--window-size", type=int, help=f"WIND window in frames (default: {decoding.window_size})")
     dec.add_argument("--lm", dest="lm_uri", metavar="URI",
-                     help="token-level n-gram LM: a binary from `python jobs/build_lm.py`, or an ARPA file "
-                          "(name containing .arpa)")
+                     help="n-gram LM: a binary from `python jobs/build_lm.py`, or an ARPA file (name containing "
+                          ".arpa), token-level or word-level (KenLM, SRILM, varikn: converted with the model's "
+                          "tokenizer and cached)")
+    dec.add_argument("--lm-level", choices=("auto", "token", "word"),
+                     help=f"an ARPA --lm's units; auto tells them by its unigrams (default: {decoding.lm_level})")
     dec.add_argument("--lm-sha256", help="expected sha256 of the LM file")
     dec.add_argument("--lm-weight", "--ngram-lm-alpha", type=float, dest="lm_weight",
                      help=f"shallow-fusion weight of the LM (default: {decoding.lm_weight})")
+    dec.add_argument("--phrases", dest="phrases_uri", metavar="FILE_OR_URI",
+                     help="boost these phrases (names, products) with any strategy, alone or with --lm: one a line, "
+                          "`phrase<TAB>weight` to give a phrase its own score (default weight 1)")
+    dec.add_argument("--boost-weight", type=float,
+                     help=f"fusion weight of the phrase boosting (default: {decoding.boost_weight:g})")
     dec.add_argument("--pruning", choices=("early", "late"),
                      help=f"transducer beam + LM: top-k before or after fusion (default: {decoding.pruning})")
     dec.add_argument("--blank-lm-scoring", choices=("none", "weighted"),
@@ -186,7 +206,9 @@ def config_from_args(args: argparse.Namespace) -> TranscribeJobConfig:
             "decoding": {
                 "strategy": args.strategy, "beam_size": args.beam_size, "max_symbols": args.max_symbols,
                 "window_size": args.window_size, "lm_uri": args.lm_uri, "lm_sha256": args.lm_sha256,
-                "lm_weight": args.lm_weight, "pruning": args.pruning, "blank_lm_scoring": args.blank_lm_scoring,
+                "lm_weight": args.lm_weight, "lm_level": args.lm_level, "pruning": args.pruning,
+                "blank_lm_scoring": args.blank_lm_scoring,
+                "phrases_uri": args.phrases_uri, "boost_weight": args.boost_weight,
                 "ctc_collapse_threshold": args.ctc_collapse_threshold,
                 "ctc_insertion_bonus": args.ctc_insertion_bonus, "ctc_beam_threshold": args.ctc_beam_threshold,
                 "use_cuda_graphs": args.use_cuda_graphs, "confidence": args.confidence,
@@ -196,6 +218,8 @@ def config_from_args(args: argparse.Namespace) -> TranscribeJobConfig:
                 "confidence_exclude_blank": args.confidence_exclude_blank,
                 "confidence_calibration": args.confidence_calibration,
             },
+            "long_audio": {"chunk_s": args.chunk_s, "overlap_s": args.overlap_s, "attention": args.attention,
+                           "local_context": args.local_context},
             "resources": {
                 "device": args.device, "asr_actors": args.asr_actors, "audio_actors": args.audio_actors,
                 "writer_actors": args.writer_actors, "batch_audio_s": args.batch_audio_s,
@@ -218,12 +242,26 @@ def check_before_starting(config: TranscribeJobConfig) -> None:
     if lm_uri and not Path(lm_uri).is_file() and "://" not in lm_uri:
         raise SystemExit(f"loopscribe: no LM at {lm_uri}: pass --lm PATH_OR_URI (a binary from "
                          "`python jobs/build_lm.py`, or an ARPA file)")
+    phrases_uri = config.decoding.phrases_uri
+    if phrases_uri and "://" not in phrases_uri:  # its lines are checked here; its tokens below, with a local model
+        from decoders.boosting import PhraseListError, read_phrase_list
+
+        if not Path(phrases_uri).is_file():
+            raise SystemExit(f"loopscribe: no phrase list at {phrases_uri}: pass --phrases PATH_OR_URI (one phrase a "
+                             "line)")
+        try:
+            read_phrase_list(phrases_uri)
+        except PhraseListError as error:
+            raise SystemExit(f"loopscribe: --phrases {error}") from None
     if "://" in model_uri:
         return
+    from pipeline.chunks import check_attention
     from pipeline.nemo_file import LayoutUnavailable, read_model_facts, read_model_layout
 
     try:
-        plan = plan_decoding(read_model_facts(model_uri), config.decoding, model_name=model_uri)
+        facts = read_model_facts(model_uri)
+        plan = plan_decoding(facts, config.decoding, model_name=model_uri)
+        check_attention(config.long_audio.attention, facts.encoder_attention, model_uri)
     except (DecodingError, ValueError) as error:
         raise SystemExit(f"loopscribe: {error}") from None
     if config.decoding.confidence_calibration:  # the writer checks it too; here it fails before Ray starts
@@ -238,9 +276,21 @@ def check_before_starting(config: TranscribeJobConfig) -> None:
             vocab_size = plan.lm_vocab_size(read_model_layout(model_uri))
         except LayoutUnavailable:
             vocab_size = None  # checked once the model is loaded
-        problem = lm_problem(lm_uri, vocab_size)
+        problem = lm_problem(lm_uri, vocab_size, config.decoding.lm_level)
         if problem:
             raise SystemExit(f"loopscribe: --lm {problem}")
+    if plan.boosts and "://" not in phrases_uri:
+        from decoders.boosting import PhraseListError
+        from pipeline.decoding import boosting_from_phrase_file
+
+        try:
+            layout = read_model_layout(model_uri)
+        except LayoutUnavailable:
+            return  # tokenized once the model is loaded
+        try:
+            boosting_from_phrase_file(phrases_uri, layout.tokenizer.processor, plan.lm_vocab_size(layout))
+        except (PhraseListError, ValueError) as error:
+            raise SystemExit(f"loopscribe: --phrases {error}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

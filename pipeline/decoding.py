@@ -55,9 +55,16 @@ class DecodingConfig:
     beam_size: int = 4
     max_symbols: int | None = None  # labels per frame (transducers); None: the checkpoint's own setting
     window_size: int = 8  # WIND frames (wind_greedy, wind_beam)
-    lm_uri: str | None = None  # n-gram LM: a binary from `python jobs/build_lm.py`, or a token-level ARPA
+    lm_uri: str | None = None  # n-gram LM: a binary from `python jobs/build_lm.py`, or a token- or word-level ARPA
     lm_sha256: str | None = None
     lm_weight: float = 0.0  # shallow-fusion weight (NeMo's ngram_lm_alpha)
+    # an ARPA --lm: "auto" tells token- from word-level by its unigrams (decoders/ngram/word_lm.py::arpa_level);
+    # a word-level one is converted to a token LM with the model's tokenizer (pipeline/word_lm.py) and cached
+    lm_level: Literal["auto", "token", "word"] = "auto"
+    # phrase boosting (decoders/boosting.py): a list of phrases, one a line, `phrase<TAB>weight` for a phrase's own
+    # context score; path or URI
+    phrases_uri: str | None = None
+    boost_weight: float = 0.5  # the boosting tree's fusion weight (NeMo's boosting_tree_alpha)
     pruning: Literal["early", "late"] = "late"  # transducer beam + LM
     blank_lm_scoring: Literal["none", "weighted"] = "weighted"  # transducer beam + LM
     # ctc_beam: blank collapse of frames whose p(blank) exceeds this; "weak": frames whose argmax is blank;
@@ -84,17 +91,22 @@ class DecodingConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"decoding.{name} must be an integer >= 1, got {value!r}")
-        for name in ("lm_weight", "ctc_insertion_bonus", "ctc_beam_threshold"):
+        for name in ("lm_weight", "boost_weight", "ctc_insertion_bonus", "ctc_beam_threshold"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"decoding.{name} must be a finite number, got {value!r}")
         if self.lm_weight < 0:
             raise ValueError(f"decoding.lm_weight must be >= 0, got {self.lm_weight}")
+        if self.lm_level not in ("auto", "token", "word"):
+            raise ValueError(f"decoding.lm_level must be auto, token or word, got {self.lm_level!r}")
         if self.lm_weight > 0 and not self.lm_uri:
             raise ValueError("decoding.lm_weight > 0 needs decoding.lm_uri (--lm)")
         if self.lm_uri and self.lm_weight == 0:
             raise ValueError("decoding.lm_uri (--lm) needs decoding.lm_weight > 0 (--lm-weight: the LM's fusion "
                              "weight, e.g. 0.3)")
+        if self.phrases_uri and not self.boost_weight > 0:
+            raise ValueError(f"decoding.phrases_uri (--phrases) needs decoding.boost_weight > 0 (--boost-weight), got "
+                             f"{self.boost_weight}")
         if self.pruning not in ("early", "late"):
             raise ValueError(f"decoding.pruning must be 'early' or 'late', got {self.pruning!r}")
         if self.blank_lm_scoring not in ("none", "weighted"):
@@ -204,10 +216,36 @@ class DecodingPlan:
     confidence: ConfidenceConfig | None  # per-token confidence from the decoder; None: off
     description: str  # the `decoding` column
     advice: tuple[str, ...]  # settings that are valid but likely to cost accuracy, each with what to do
+    boost_weight: float = 0.0  # the effective phrase-boosting weight: 0 when no phrases are boosted
 
     @property
     def fuses_lm(self) -> bool:
         return self.lm_weight > 0
+
+    @property
+    def boosts(self) -> bool:
+        return self.boost_weight > 0
+
+    @property
+    def fusion_weight(self) -> float:
+        """The weight every decoder multiplies its fused scores by (its `lm_weight`): the sum of the n-gram LM's
+        and the boosting weights, as NeMo sums its fusion models' alphas (the transducer beam search's weighted
+        blank scoring reads this sum); `fusion_model` divides each model's share by it, so the decoder adds
+        exactly `lm_weight * lm + boost_weight * boosting`."""
+        return self.lm_weight + self.boost_weight
+
+    def fusion_model(self, lm: LanguageModel | None, boosting: LanguageModel | None) -> LanguageModel | None:
+        """What the decoders fuse, at `fusion_weight`: the n-gram LM, the boosting tree, or both as one model
+        (`decoders.boosting.WeightedSum`); None when the plan fuses nothing. Each is used only where the plan
+        gives it a weight."""
+        lm = lm if self.fuses_lm else None
+        boosting = boosting if self.boosts else None
+        if lm is None or boosting is None:
+            return lm if boosting is None else boosting
+        from decoders.boosting import WeightedSum
+
+        total = self.fusion_weight
+        return WeightedSum(lm, self.lm_weight / total, boosting, self.boost_weight / total)
 
     @property
     def writer_searches(self) -> bool:
@@ -223,7 +261,7 @@ class DecodingPlan:
         if self.writer_searches:
             raise ValueError(f"{self.strategy.name} searches in the writer stage: use compact_ctc_log_probs and "
                              "build_writer_search")
-        lm = lm if self.fuses_lm else None
+        lm = lm if self.fusion_weight > 0 else None
         if self.head == "ctc":
             return _ctc_greedy(model, self, lm)
         if not self.strategy.beam:
@@ -235,7 +273,7 @@ class DecodingPlan:
         hypothesis of each, with tokens at original encoder frames."""
         if not self.writer_searches:
             raise ValueError(f"{self.strategy.name} decodes in the ASR stage: use build_decoder")
-        return _CompactCtcBeamSearch(model, self, lm if self.fuses_lm else None)
+        return _CompactCtcBeamSearch(model, self, lm if self.fusion_weight > 0 else None)
 
 
 def plan_decoding(facts: ModelFacts, config: DecodingConfig, device: str = "cpu",
@@ -268,6 +306,7 @@ def plan_decoding(facts: ModelFacts, config: DecodingConfig, device: str = "cpu"
         collapse_threshold=config.ctc_collapse_threshold if strategy.writer_searches else None,
         description=describe(config),
         advice=advice(config),
+        boost_weight=config.boost_weight if config.phrases_uri else 0.0,
     )
 
 
@@ -305,6 +344,8 @@ def describe(config: DecodingConfig) -> str:
         parts += [f"lm={redact(config.lm_uri)}", f"lm_weight={config.lm_weight:g}"]
         parts += [f"{name}={getattr(config, name)}" for name in strategy.fusion_settings
                   if getattr(config, name) != DECODING_DEFAULTS[name]]
+    if config.phrases_uri:
+        parts += [f"phrases={redact(config.phrases_uri)}", f"boost_weight={config.boost_weight:g}"]
     if config.confidence:
         measure = (config.confidence_method if config.confidence_method == "max_prob"
                    else f"{config.entropy_type}-{config.entropy_norm}")
@@ -321,11 +362,13 @@ def results_identity(config: DecodingConfig) -> dict[str, Any]:
 
 
 # --- building the decoders ---------------------------------------------------------------------------------
-def load_language_model(plan: DecodingPlan, vocab_size: int, cache_dir: str) -> NgramLm | None:
+def load_language_model(plan: DecodingPlan, vocab_size: int, cache_dir: str, tokenizer: Any = None
+                        ) -> NgramLm | None:
     """The plan's n-gram LM (None when the plan fuses none), fetched once per node through the cache; the
-    decoder that fuses it moves it to its device once, when it is built. A name containing `.arpa` is read as a
-    token-level ARPA file (plain or gzip); anything else as the binary written by `python jobs/build_lm.py`,
-    which is memory-mapped."""
+    decoder that fuses it moves it to its device once, when it is built. A name containing `.arpa` is read as an
+    ARPA file (plain or gzip): token-level as it is, word-level (`decoding.lm_level`, or told by its unigrams)
+    converted to a token LM with the model's `tokenizer` and cached (`pipeline/word_lm.py`); anything else as
+    the binary written by `python jobs/build_lm.py`, which is memory-mapped."""
     from decoders.ngram.lm import NgramLm
     from pipeline.fetch import fetch_file
 
@@ -335,21 +378,41 @@ def load_language_model(plan: DecodingPlan, vocab_size: int, cache_dir: str) -> 
     is_arpa = ".arpa" in uri.rsplit("/", 1)[-1]
     path = fetch_file(uri, sha256=plan.config.lm_sha256, cache_dir=f"{cache_dir}/lms",
                       suffix=".arpa" if is_arpa else ".lm")
-    lm = NgramLm.from_arpa(path, vocab_size) if is_arpa else NgramLm.load(path)
+    if is_arpa and _arpa_level(str(path), vocab_size, plan.config.lm_level) == "word":
+        from pipeline.word_lm import load_word_arpa, model_speller
+
+        if tokenizer is None:
+            raise ValueError(f"{uri} is a word-level ARPA: converting it needs the model's tokenizer")
+        lm = load_word_arpa(path, model_speller(tokenizer), vocab_size, f"{cache_dir}/lms")
+    else:
+        lm = NgramLm.from_arpa(path, vocab_size) if is_arpa else NgramLm.load(path)
     if lm.vocab_size != vocab_size:
         raise ValueError(f"{uri}: the LM covers {lm.vocab_size} labels but the model has {vocab_size} "
                          "(build it with this model's tokenizer)")
     return lm
 
 
-def lm_problem(path: str, vocab_size: int | None) -> str | None:
+def _arpa_level(path: str, vocab_size: int, level: str) -> str:
+    """`decoding.lm_level` resolved for the ARPA file at `path`: "token" or "word"."""
+    from decoders.ngram.word_lm import arpa_level
+
+    return level if level != "auto" else arpa_level(path, vocab_size)
+
+
+def lm_problem(path: str, vocab_size: int | None, level: str = "auto") -> str | None:
     """Why the LM file at a local `path` cannot serve a head of `vocab_size` labels (None: it can; vocab_size
     None: not checked), read cheaply before any actor starts: the binary's header, or an ARPA file's unigrams
-    (a word-level ARPA is named as such)."""
+    (a word-level ARPA, as `level` says or its unigrams tell, is converted with the model's tokenizer: only its
+    header and unigrams are checked here)."""
     from decoders.ngram.arpa import ArpaFormatError, ArpaNgram, iter_arpa
     from decoders.ngram.binary import NgramFileError, load_tensors
 
     if ".arpa" in path.rsplit("/", 1)[-1]:
+        try:
+            if _arpa_level(path, vocab_size or 1 << 30, level) == "word":
+                return None
+        except (ArpaFormatError, UnicodeDecodeError, OSError) as error:
+            return str(error)
         covered = 0
         try:
             for item in iter_arpa(path):
@@ -370,11 +433,102 @@ def lm_problem(path: str, vocab_size: int | None) -> str | None:
     return None
 
 
+# --- phrase boosting: the phrase list, tokenized with the model's tokenizer -----------------------------------
+class PhraseTokenizer:
+    """A phrase -> its token spellings (`decoders.boosting.phrase_token_sequences`) with a SentencePiece
+    processor: normalised as the tokenizer's training text was (`pipeline.lm_text.TextNormaliser`: case, numbers
+    spelled out, punctuation it lacks), each word with its word-start piece, and as the lone word-start piece
+    followed by the word's inner pieces (encoded without SentencePiece's dummy prefix)."""
+
+    def __init__(self, processor: Any) -> None:
+        import sentencepiece
+        from sentencepiece import sentencepiece_model_pb2
+
+        from pipeline.lm_text import TextNormaliser
+
+        self.processor = processor
+        self.vocab_size = int(processor.get_piece_size())
+        proto = sentencepiece_model_pb2.ModelProto()
+        proto.ParseFromString(processor.serialized_model_proto())
+        proto.normalizer_spec.add_dummy_prefix = False
+        self.inner = sentencepiece.SentencePieceProcessor(model_proto=proto.SerializeToString())
+        self.normalise = TextNormaliser(processor.id_to_piece(i) for i in range(self.vocab_size))
+        word_start = processor.piece_to_id("\u2581")
+        self.word_start_id = None if word_start == processor.unk_id() else word_start
+        self.unk_id = processor.unk_id()
+
+    def __call__(self, text: str, where: str = "phrase") -> list[list[int]]:
+        from decoders.boosting import PhraseListError, phrase_token_sequences
+
+        normalised = self.normalise(text)
+        if not normalised:
+            raise PhraseListError(f"{where}: {text!r} holds nothing the model's tokenizer writes")
+        if not self.normalise.encodable(normalised):
+            missing = sorted({c for c in normalised if c != " " and c not in self.normalise.alphabet})
+            raise PhraseListError(f"{where}: {text!r} holds characters the model's tokenizer cannot encode: "
+                                  f"{''.join(missing)!r}")
+        spellings = phrase_token_sequences(normalised.split(), self.processor.encode, self.inner.encode,
+                                           self.word_start_id)
+        if any(self.unk_id in spelling for spelling in spellings):
+            raise PhraseListError(f"{where}: {text!r} is encoded with the unknown token")
+        return spellings
+
+
+def phrase_spellings(processor: Any, text: str) -> list[list[int]]:
+    """One phrase's token spellings with a SentencePiece processor (see `PhraseTokenizer`)."""
+    return PhraseTokenizer(processor)(text)
+
+
+def sentencepiece_of(model: AsrModel | ModelLayout) -> Any:
+    """The SentencePiece processor of a loaded model (NeMo's tokenizer) or of a `ModelLayout`."""
+    tokenizer = model.tokenizer
+    processor = getattr(tokenizer, "processor", None) or getattr(getattr(tokenizer, "tokenizer", None),
+                                                                 "tokenizer", None)
+    if processor is None or not hasattr(processor, "serialized_model_proto"):
+        raise ValueError("phrase boosting needs a model with a SentencePiece tokenizer (NeMo's bpe type)")
+    return processor
+
+
+def boosting_from_phrase_file(path: str, processor: Any, vocab_size: int, name: str | None = None):
+    """A phrase list file -> `PhraseBoosting` over the model's labels; `PhraseListError` names the file and line
+    of an empty phrase, a malformed weight, or a phrase the tokenizer cannot encode."""
+    from decoders.boosting import PhraseBoosting, read_phrase_list
+
+    tokenize = PhraseTokenizer(processor)
+    if tokenize.vocab_size != vocab_size:
+        raise ValueError(f"the tokenizer has {tokenize.vocab_size} pieces but the head {vocab_size} labels")
+    sequences, weights = [], []
+    phrases = read_phrase_list(path, name)
+    for phrase in phrases:
+        for spelling in tokenize(phrase.text, phrase.where):
+            sequences.append(spelling)
+            weights.append(phrase.weight)
+    return PhraseBoosting.from_token_sequences(sequences, vocab_size, weights, num_phrases=len(phrases))
+
+
+def load_boosting_model(plan: DecodingPlan, model: AsrModel | ModelLayout, cache_dir: str):
+    """The plan's boosting tree (None when it boosts nothing): the phrase list fetched once per node through the
+    cache and tokenized with the model's tokenizer, once per actor."""
+    from pipeline.fetch import fetch_file
+
+    if not plan.boosts:
+        return None
+    uri = plan.config.phrases_uri
+    path = fetch_file(uri, cache_dir=f"{cache_dir}/phrases", suffix=".txt")
+    return boosting_from_phrase_file(str(path), sentencepiece_of(model), plan.lm_vocab_size(model), name=uri)
+
+
+def load_fusion_model(plan: DecodingPlan, model: AsrModel | ModelLayout, cache_dir: str) -> LanguageModel | None:
+    """What the plan's decoder fuses (`DecodingPlan.fusion_model`): its n-gram LM, its boosting tree, or both."""
+    lm = load_language_model(plan, plan.lm_vocab_size(model), cache_dir, tokenizer=model.tokenizer)
+    return plan.fusion_model(lm, load_boosting_model(plan, model, cache_dir))
+
+
 def _label_looping(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None) -> Decode:
     from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
 
     return LabelLoopingGreedy(model.transducer, GreedyConfig(
-        max_symbols=plan.max_symbols, window_size=plan.window_size, lm_weight=plan.lm_weight if lm else 0.0,
+        max_symbols=plan.max_symbols, window_size=plan.window_size, lm_weight=plan.fusion_weight if lm else 0.0,
         use_cuda_graphs=plan.use_cuda_graphs), lm, device=plan.device, confidence=plan.confidence)
 
 
@@ -384,7 +538,7 @@ def _transducer_beam(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | No
     config = plan.config
     search = {"alsd": AlsdBeamSearch, "aes": AesBeamSearch, "wind_beam": WindBeamSearch}[plan.strategy.name]
     return search(model.transducer, BeamSearchConfig(
-        beam_size=config.beam_size, max_symbols_per_frame=plan.max_symbols, lm_weight=plan.lm_weight if lm else 0.0,
+        beam_size=config.beam_size, max_symbols_per_frame=plan.max_symbols, lm_weight=plan.fusion_weight if lm else 0.0,
         blank_lm_scoring=config.blank_lm_scoring, pruning=config.pruning, window_size=config.window_size,
         use_cuda_graphs=plan.use_cuda_graphs), lm, device=plan.device)
 
@@ -394,7 +548,7 @@ def _ctc_greedy(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None) -
 
     from decoders.ctc import CtcGreedy
 
-    greedy = CtcGreedy(blank_id=model.ctc.blank_id, lm=lm, lm_weight=plan.lm_weight if lm else 0.0,
+    greedy = CtcGreedy(blank_id=model.ctc.blank_id, lm=lm, lm_weight=plan.fusion_weight if lm else 0.0,
                        device=plan.device, confidence=plan.confidence)
 
     def decode_ctc(encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
@@ -428,17 +582,27 @@ def compact_ctc_log_probs(model: AsrModel, encoder_output: Tensor, encoder_lengt
 
 
 class _CompactCtcBeamSearch:
-    """Compact CTC log-probs of utterances -> `CtcBeamSearch`'s best hypothesis of each, at original frames."""
+    """Compact CTC log-probs of utterances -> the CTC prefix beam search's best hypothesis of each, at original
+    frames. The search runs on the writer's CPU: the compiled `CpuCtcBeamSearch` (decoders/ctc_beam_cpu.py: the
+    same results, several times faster, utterances in parallel threads) when it can read the fused model, which
+    is when there is none or it is an `NgramLm`; the torch `CtcBeamSearch` for any other fused model (phrase
+    boosting). Its compilation (or cache load) is paid here, when the writer actor starts."""
 
     def __init__(self, model: AsrModel | ModelLayout, plan: DecodingPlan, lm: LanguageModel | None) -> None:
         from decoders.ctc_beam import CtcBeamConfig, CtcBeamSearch
+        from decoders.ctc_beam_cpu import CpuCtcBeamSearch
+        from decoders.ngram.tensors import NgramTensors
 
         config = plan.config
         self.num_labels = model.ctc.vocab_size + 1
-        self.search = CtcBeamSearch(model.ctc.blank_id, CtcBeamConfig(
-            beam_size=config.beam_size, lm_weight=plan.lm_weight if lm is not None else 0.0,
+        compiled = lm is None or isinstance(getattr(lm, "tensors", None), NgramTensors)
+        search = CpuCtcBeamSearch if compiled else CtcBeamSearch
+        self.search = search(model.ctc.blank_id, CtcBeamConfig(
+            beam_size=config.beam_size, lm_weight=plan.fusion_weight if lm is not None else 0.0,
             insertion_bonus=config.ctc_insertion_bonus, beam_threshold=config.ctc_beam_threshold,
             collapse_threshold=None), lm, device="cpu")  # collapsed already, in the ASR stage; searched on a CPU
+        if compiled:
+            self.search.warm_up()
 
     def __call__(self, compact: Sequence[CompactCtc]) -> list[Hypothesis]:
         import torch

@@ -11,7 +11,8 @@ from __future__ import annotations
 import gzip
 import io
 import re
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -75,10 +76,14 @@ class ArpaModel:
 
 
 class _TokenIds(dict):
-    """token -> id, converting each token once, when first seen."""
+    """token -> id, converting each token once, when first seen (with `symbol_id`, `token_to_id` by default)."""
+
+    def __init__(self, symbol_id: Callable[[str], int] = token_to_id) -> None:
+        super().__init__()
+        self.symbol_id = symbol_id
 
     def __missing__(self, token: str) -> int:
-        self[token] = token_to_id(token)
+        self[token] = self.symbol_id(token)
         return self[token]
 
 
@@ -91,11 +96,20 @@ def open_text(path: str | Path) -> io.TextIOBase:
     return open(path, encoding="utf-8", newline="\n")
 
 
-def iter_arpa(path: str | Path) -> Iterator[list[int] | ArpaNgram]:
+def _open_binary(path: str | Path) -> io.BufferedIOBase:
+    """A plain or gzip file (told by its magic bytes, not its name), opened for reading bytes."""
+    with open(path, "rb") as raw:
+        magic = raw.read(2)
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+def iter_arpa(path: str | Path, symbol_id: Callable[[str], int] = token_to_id) -> Iterator[list[int] | ArpaNgram]:
     """Stream an ARPA file: first the declared counts per order (a list), then every n-gram in file order.
 
-    Checks the structure as it goes (header, sections in order, field counts, numbers, declared counts) and
-    raises `ArpaFormatError` naming the file, the line number and the line.
+    Checks the structure as it goes (`\\data\\` first, then the counts, sections in order and none unknown,
+    field counts, numbers, declared counts, `\\end\\`) and raises `ArpaFormatError` naming the file, the line
+    number and the line. `symbol_id` maps each word of the file to an int id: token-level symbols by default
+    (`token_to_id`); `decoders/ngram/word_lm.py` passes a word vocabulary's.
     """
     path = str(path)
     declared: dict[int, int] = {}
@@ -103,8 +117,9 @@ def iter_arpa(path: str | Path) -> Iterator[list[int] | ArpaNgram]:
     seen_in_section = 0
     ended = False
     header_done = False
-    known = _TokenIds()
-    with open_text(path) as lines:
+    seen_data = False
+    known = _TokenIds(symbol_id)
+    with _open_binary(path) as lines:  # decoded line by line, so that bad UTF-8 is found on its line
         line_number = 0
 
         def fail(message: str, line: str) -> ArpaFormatError:
@@ -112,21 +127,34 @@ def iter_arpa(path: str | Path) -> Iterator[list[int] | ArpaNgram]:
 
         try:
             for line_number, raw in enumerate(lines, start=1):  # noqa: B007 (fail reads it)
-                line = raw.rstrip("\r\n").strip(" \t")
                 if ended:
                     continue  # anything after \end\ is ignored, as KenLM does
+                try:
+                    line = raw.decode("utf-8").rstrip("\r\n").strip(" \t")
+                except UnicodeDecodeError as error:
+                    raise ArpaFormatError(f"{path}:{line_number}: not UTF-8 text ({error})") from None
                 if not line:
                     continue
                 if order == 0 and not header_done:
-                    if line == "\\data\\":
-                        continue
-                    match = _COUNT.match(line)
-                    if match:
-                        declared[int(match.group(1))] = int(match.group(2))
+                    if line == "\\data\\" and not seen_data:
+                        seen_data = True
                         continue
                     section = _SECTION.match(line)
+                    if not seen_data:  # as KenLM: the first line that is not blank must be \data\
+                        if section is not None:
+                            raise fail("no '\\data\\' header and no 'ngram N=count' lines before the first "
+                                       "section", line)
+                        raise fail("expected '\\data\\' (the ARPA header) as the first line that is not blank",
+                                   line)
+                    match = _COUNT.match(line)
+                    if match:
+                        if int(match.group(1)) in declared:
+                            raise fail(f"the count of {match.group(1)}-grams is declared twice", line)
+                        declared[int(match.group(1))] = int(match.group(2))
+                        continue
                     if section is None:
-                        raise fail("expected '\\data\\', 'ngram N=count' or '\\1-grams:'", line)
+                        what = "an unknown section" if line[0] == "\\" else "a broken header line"
+                        raise fail(f"{what}: expected 'ngram N=count' or '\\1-grams:'", line)
                     if not declared:
                         raise fail("no 'ngram N=count' lines before the first section", line)
                     if sorted(declared) != list(range(1, len(declared) + 1)):
@@ -135,6 +163,8 @@ def iter_arpa(path: str | Path) -> Iterator[list[int] | ArpaNgram]:
                     yield [declared[k] for k in range(1, len(declared) + 1)]
                     # fall through to section handling below
                 section = _SECTION.match(line) if line[0] == "\\" else None
+                if line[0] == "\\" and section is None and line != "\\end\\":
+                    raise fail("an unknown section: expected '\\N-grams:' or '\\end\\'", line)
                 if section is not None or line == "\\end\\":
                     if order > 0 and seen_in_section != declared[order]:
                         raise fail(f"the {order}-grams section holds {seen_in_section} entries but the header "
@@ -171,17 +201,18 @@ def iter_arpa(path: str | Path) -> Iterator[list[int] | ArpaNgram]:
                     raise fail(str(error), line) from None
                 seen_in_section += 1
                 yield ArpaNgram(order, tokens, log10_prob, log10_backoff)
-        except UnicodeDecodeError as error:
-            raise ArpaFormatError(f"{path}:{line_number + 1}: not UTF-8 text ({error})") from None
+        except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+            raise ArpaFormatError(f"{path}:{line_number + 1}: a broken gzip stream ({error})") from None
         if not header_done:
             raise ArpaFormatError(f"{path}:{line_number}: no ARPA header ('\\data\\' and 'ngram N=count') found")
         if not ended:
             raise ArpaFormatError(f"{path}:{line_number}: the file ends before '\\end\\'")
 
 
-def read_arpa(path: str | Path) -> ArpaModel:
-    """Read a whole ARPA file into per-order arrays (streaming: no line list is kept)."""
-    stream = iter_arpa(path)
+def read_arpa(path: str | Path, symbol_id: Callable[[str], int] = token_to_id) -> ArpaModel:
+    """Read a whole ARPA file into per-order arrays (streaming: no line list is kept); `symbol_id` as in
+    `iter_arpa`."""
+    stream = iter_arpa(path, symbol_id)
     declared = next(stream)
     tokens: list[list[tuple[int, ...]]] = [[] for _ in declared]
     probs: list[list[float]] = [[] for _ in declared]

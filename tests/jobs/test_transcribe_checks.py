@@ -54,12 +54,14 @@ def test_a_glob_matching_nothing_and_a_missing_model_are_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "ctc_beam"])
-def test_a_word_level_arpa_is_refused_before_the_cluster(tmp_path, strategy):
+def test_a_word_level_arpa_read_as_tokens_is_refused_before_the_cluster(tmp_path, strategy):
+    """A word-level ARPA is converted (tests/decoders/ngram/test_word_lm.py); forced to be read as tokens
+    (`--lm-level token`), its words are not the model's tokens: refused in one line, naming it."""
     manifest = tmp_path / "m.json"
     manifest.write_text(json.dumps({"audio_filepath": str(SAMPLE), "duration": 1.0}) + "\n")
     arpa = tmp_path / "words.arpa"
     arpa.write_text("\\data\\\nngram 1=3\nngram 2=1\n\n\\1-grams:\n-1.0\t<s>\t-0.3\n-0.5\thello\t-0.2\n"
                     "-0.5\tworld\n\n\\2-grams:\n-0.1\thello world\n\n\\end\\\n")
     line = refused("--manifest", str(manifest), "--output", str(tmp_path / "out"), "--model", str(BUNDLED_MODEL),
-                   "--decoding", strategy, "--lm", str(arpa), "--lm-weight", "0.5")
+                   "--decoding", strategy, "--lm", str(arpa), "--lm-weight", "0.5", "--lm-level", "token")
     assert str(arpa) in line and "word" in line
