@@ -1,18 +1,15 @@
-"""Audio in, within bounds: fetch one file's bytes, decode with soundfile, pick or mix down channels, slice
-offset/duration, resample with soxr (HQ) -> `LoadedAudio`.
+"""Audio in, within bounds: one file's bytes (a segment: the byte ranges it needs; `pipeline.audio_read`), decoded
+with soundfile, pick or mix down channels, slice offset/duration, resample with soxr (HQ) -> `LoadedAudio`.
 
 Any failure raises `AudioError` whose message names the file (its URI, or `name`) and the cause; the audio stage
 turns it into an error row, so one bad file never fails a batch. What each bad input gives:
 
-- missing: "file not found"; empty: "empty file"; not audio: "not decodable audio (<libsndfile's reason>)";
-  header only, or truncated before the first frame: "no audio frames (header only or truncated)"; cut or
-  corrupt after some frames: "corrupt or truncated after <s> s".
-- a local path that is not a regular file (FIFO, socket, device, directory): "not a regular file (FIFO)",
-  found with `os.stat` before the file is opened (opening a FIFO nobody writes to blocks forever).
-- larger than `input.max_file_bytes` (`--max-file-bytes`): an error naming the size and the limit. A local
-  file's size is checked before it is opened, a remote one's where the backend tells it; no read takes more
-  than `max_file_bytes + 1` bytes, so a file that grows or whose size is unknown is refused all the same.
-- a fetch taking longer than `input.read_timeout_s` (`--read-timeout-s`): "read timed out after 60 s".
+- missing, not a regular file, larger than `input.max_file_bytes` or slower to fetch than `input.read_timeout_s`:
+  what reading it gives (`pipeline.audio_read`): "file not found", "not a regular file (FIFO)", an error naming
+  the size and the limit, "read timed out after 60 s".
+- empty: "empty file"; not audio: "not decodable audio (<libsndfile's reason>)"; header only, or truncated
+  before the first frame: "no audio frames (header only or truncated)"; cut or corrupt after some frames:
+  "corrupt or truncated after <s> s".
 - a header claiming a sample rate below `input.min_sample_rate` (`--min-sample-rate`): "header says 1 Hz; below
   the minimum 1000 Hz", before anything is decoded (a 54 KB WAV claiming 1 Hz decoded to 7.5 hours, 1.7 GB).
 - more than `input.max_row_duration_s` (`--max-row-duration-s`) of audio to decode: a requested `duration`
@@ -25,21 +22,21 @@ Messages never carry an object's repr (libsndfile's "Error opening <_io.BytesIO 
 
 Memory is bounded whatever a header says: frames are decoded in chunks of at most about 4 MiB (`_CHUNK_VALUES`),
 each chunk is mixed down (or its channel taken) and resampled as it comes (soxr's stream gives what one call on
-the whole would), so what is held is the file's bytes, one chunk, and the output at `sample_rate`: at most
-`max_row_duration_s * sample_rate` float32 samples. A header declaring more frames than the bytes hold, within
-the bound, costs only what is there: decoding stops where the bytes do (libsndfile already cuts a WAV's frame
-count to its bytes, so a WAV whose data chunk claims 4 GB on a 1 s body decodes to that 1 s), and the measured
-`duration_s` says what was decoded. A FLAC whose header leaves its length open (total frames 0, as streaming
-encoders write it) decodes to its end.
+the whole would), so what is held is the file's bytes (read by range: at most `_CACHE_BYTES`, 24 MiB, of them,
+`pipeline.audio_read`), one chunk, and the output at `sample_rate`: at most `max_row_duration_s * sample_rate`
+float32 samples. A header declaring more frames than the bytes hold, within the bound, costs only what is there:
+decoding stops where the bytes do (libsndfile already cuts a WAV's frame count to its bytes, so a WAV whose data
+chunk claims 4 GB on a 1 s body decodes to that 1 s), and the measured `duration_s` says what was decoded. A FLAC
+whose header leaves its length open (total frames 0, as streaming encoders write it) decodes to its end.
 
-Paths: a URI without "://" and a `file://` URI are local files, opened with `os.open`, never through fsspec, and
-taken literally (`x::y.wav`, `a#b [1].wav`, spaces and non-ASCII names; no chain, glob or fragment parsing, no
-percent-decoding, no `~` expansion). Anything else with "://" goes through fsspec (chains included).
+Segments (a row with an offset or a duration) are read by byte range where libsndfile seeks cheaply
+(`_RANGE_FORMATS`), the rows of one batch that name one file through one open of it, in order of offset
+(`load_audio_batch`); other formats, and remote files whose size is not told, are fetched whole, once for all of
+a file's rows in a batch. Which formats, what they cost, and how a row's reads are bounded: `pipeline.audio_read`.
 
-Timeouts: a fetch runs in a daemon worker thread, reused between files (`_FetchThreads`), and the caller waits at
-most `read_timeout_s`. A read that outlives it cannot be interrupted: its thread is abandoned, stops at the next
-chunk if the read ever returns, and being a daemon never keeps the process from exiting. Decoding runs in the
-caller's thread (it works on bytes already in memory, within the bounds above).
+Decoding runs in the caller's thread (on bytes already in memory, or asking the range reader for the next bytes,
+within the bounds above); fetches run in `pipeline.audio_read`'s worker threads, waited on at most
+`read_timeout_s`.
 """
 
 from __future__ import annotations
@@ -47,27 +44,28 @@ from __future__ import annotations
 import io
 import math
 import operator
-import os
 import re
-import stat
-import threading
-from collections.abc import Callable
-from concurrent.futures import Future, wait
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from queue import SimpleQueue
 from typing import Any, BinaryIO
 
-import fsspec
 import numpy as np
 import soundfile
 import soxr
 
+from pipeline.audio_read import (
+    _OBJECT_REPR,
+    _RANGE_FORMATS,
+    DEFAULT_LIMITS,
+    AudioError,
+    _call_within,
+    _open_source,
+    _RangeReader,
+    read_bytes,
+)
 from pipeline.config import InputConfig
-from pipeline.uris import local_path
 
-DEFAULT_LIMITS = InputConfig()
-
-_READ_CHUNK_BYTES = 8 << 20  # one read call of a fetch; an abandoned fetch stops at the next one
 _CHUNK_VALUES = 1 << 20  # float32 values decoded per chunk (4 MiB whatever the channel count)
 _CHUNK_OUTPUT_SAMPLES = 1 << 22  # resampled samples per chunk: soxr's stream segfaulted on one call giving 1.6e9
 _UNKNOWN_FRAMES = 1 << 62  # libsndfile gives SF_COUNT_MAX frames for a length the header leaves open
@@ -77,10 +75,6 @@ try:  # libsndfile's own read call, through soundfile's handle: see `_decode_int
     from soundfile import _snd as _sf_lib
 except ImportError:  # pragma: no cover - soundfile has had both since 0.8; `_decode_into` falls back to read()
     _sf_ffi = _sf_lib = None
-
-
-class AudioError(Exception):
-    """Audio that cannot be used, with the reason; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -99,23 +93,106 @@ def load_audio(
     channel: int | None = None,
     limits: InputConfig = DEFAULT_LIMITS,
 ) -> LoadedAudio:
-    """Fetch (`read_bytes`) and decode (`decode_audio`) one utterance; a request past the bounds is refused
-    before anything is read."""
+    """One utterance: the whole file is fetched (`read_bytes`) and decoded (`decode_audio`); a segment (an offset
+    or a duration) is read by range where its format allows (`load_audio_batch`). A request past the bounds is
+    refused before anything is read."""
     _check_request(uri, offset_s, duration_s, channel, limits)
-    return decode_audio(read_bytes(uri, limits), sample_rate, offset_s, duration_s, channel, limits, name=uri)
+    if not offset_s and not duration_s:
+        return decode_audio(read_bytes(uri, limits), sample_rate, offset_s, duration_s, channel, limits, name=uri)
+    loaded = load_audio_batch([uri], sample_rate, [offset_s], [duration_s], [channel], limits)[0]
+    if isinstance(loaded, AudioError):
+        raise loaded
+    return loaded
 
 
-def read_bytes(uri: str, limits: InputConfig = DEFAULT_LIMITS) -> bytes:
-    """The bytes of one audio file, at most `limits.max_file_bytes` of them, fetched within
-    `limits.read_timeout_s` seconds (see the module docstring for local paths and the worker thread)."""
-    abandoned = threading.Event()
-    future = _FETCH_THREADS.submit(_fetch, uri, limits.max_file_bytes, abandoned)
-    done, _ = wait([future], timeout=limits.read_timeout_s)
-    if not done:
-        abandoned.set()
-        raise AudioError(f"{uri}: read timed out after {limits.read_timeout_s:g} s "
-                         f"(input.read_timeout_s, --read-timeout-s)")
-    return future.result()
+def load_audio_batch(
+    uris: Sequence[str],
+    sample_rate: int,
+    offsets_s: Sequence[float | None],
+    durations_s: Sequence[float | None],
+    channels: Sequence[int | None],
+    limits: InputConfig = DEFAULT_LIMITS,
+) -> list[LoadedAudio | AudioError]:
+    """The rows of one batch -> per row its `LoadedAudio`, or the `AudioError` that row gets (never raised).
+
+    Rows naming the same file share one open of it, read in order of offset: the cuts of one recording read
+    by range what they need, once (`_RangeReader`), and a file read whole is fetched once for all its rows.
+    An offset None is 0; a duration None or 0 is "to the end". A lone row of a whole file is read as
+    `load_audio` reads it (`read_bytes`, then `decode_audio`).
+    """
+    if not len(uris) == len(offsets_s) == len(durations_s) == len(channels):
+        raise ValueError(f"uris, offsets_s, durations_s and channels must have one entry per row, got "
+                         f"{len(uris)}, {len(offsets_s)}, {len(durations_s)} and {len(channels)}")
+    if sample_rate < 1:
+        raise ValueError(f"sample_rate must be >= 1 Hz, got {sample_rate}")
+    results: list[LoadedAudio | AudioError | None] = [None] * len(uris)
+    rows_of: dict[str, list[int]] = {}
+    for row, uri in enumerate(uris):
+        try:
+            _check_request(uri, offsets_s[row] or 0.0, durations_s[row] or None, channels[row], limits)
+        except AudioError as error:
+            results[row] = error
+            continue
+        rows_of.setdefault(uri, []).append(row)
+    for uri, rows in rows_of.items():
+        rows.sort(key=lambda row: offsets_s[row] or 0.0)  # one pass through the file: a cut's neighbour is cached
+        if len(rows) == 1 and not offsets_s[rows[0]] and not durations_s[rows[0]]:
+            results[rows[0]] = _row_outcome(uri, _load_whole, uri, sample_rate, channels[rows[0]], limits)
+            continue
+        _load_rows(uri, rows, sample_rate, offsets_s, durations_s, channels, limits, results)
+    return results  # type: ignore[return-value]  # every row was given its outcome
+
+
+def _load_rows(uri: str, rows: list[int], sample_rate: int, offsets_s: Sequence[float | None],
+               durations_s: Sequence[float | None], channels: Sequence[int | None], limits: InputConfig,
+               results: list[LoadedAudio | AudioError | None]) -> None:
+    """`rows` of one file, read through one open of it (or its bytes, where its size cannot be known)."""
+    try:
+        source = _call_within(time.monotonic() + limits.read_timeout_s, limits, uri, _open_source, uri,
+                              limits.max_file_bytes)
+    except AudioError as error:
+        for row in rows:
+            results[row] = error
+        return
+    if isinstance(source, bytes):
+        data = memoryview(source)
+        for row in rows:
+            results[row] = _row_outcome(uri, decode_audio, data, sample_rate, offsets_s[row] or 0.0,
+                                        durations_s[row] or None, channels[row], limits, uri)
+        return
+    reader = _RangeReader(source, uri, limits)
+    try:
+        for row in rows:
+            reader.begin_row()
+            outcome = _row_outcome(uri, _decode_range, reader, sample_rate, offsets_s[row] or 0.0,
+                                   durations_s[row] or None, channels[row], limits, uri)
+            results[row] = reader.failure or outcome  # a failed read says why, not "truncated" after it
+    finally:
+        reader.release()
+
+
+def _load_whole(uri: str, sample_rate: int, channel: int | None, limits: InputConfig) -> LoadedAudio:
+    return decode_audio(read_bytes(uri, limits), sample_rate, 0.0, None, channel, limits, name=uri)
+
+
+def _row_outcome(uri: str, load: Callable[..., LoadedAudio], *args: Any) -> LoadedAudio | AudioError:
+    """`load(*args)`, or the AudioError it raised (any other exception made one)."""
+    try:
+        return load(*args)
+    except AudioError as error:
+        return error
+    except Exception as error:  # a decoder bug must cost one row, not the batch
+        return AudioError(f"{uri}: cannot load audio ({type(error).__name__}: {_OBJECT_REPR.sub('', str(error))})")
+
+
+def _decode_range(reader: _RangeReader, sample_rate: int, offset_s: float, duration_s: float | None,
+                  channel: int | None, limits: InputConfig, name: str) -> LoadedAudio:
+    """One row through a file's `_RangeReader`: read by range where the format seeks cheaply, else whole."""
+    with _open_sound(reader, name) as sound:
+        if sound.format not in _RANGE_FORMATS:
+            reader.fetch_whole()
+        reader.plan(int(sound.frames) if 0 < sound.frames < _UNKNOWN_FRAMES else None)
+        return _decode(sound, sample_rate, offset_s, duration_s, channel, limits, name, expect=reader.expect)
 
 
 def decode_audio(
@@ -133,6 +210,12 @@ def decode_audio(
     if sample_rate < 1:
         raise ValueError(f"sample_rate must be >= 1 Hz, got {sample_rate}")
     _check_request(name, offset_s, duration_s, channel, limits)
+    with _open_sound(data_or_file, name) as sound:
+        return _decode(sound, sample_rate, offset_s, duration_s, channel, limits, name)
+
+
+def _open_sound(data_or_file: bytes | bytearray | memoryview | BinaryIO, name: str) -> soundfile.SoundFile:
+    """libsndfile's handle on encoded audio (its header read), or AudioError: "empty file", "not decodable"."""
     if isinstance(data_or_file, (bytes, bytearray, memoryview)):
         if len(data_or_file) == 0:
             raise AudioError(f"{name}: empty file")
@@ -144,15 +227,16 @@ def decode_audio(
             raise AudioError(f"{name}: empty file")
         source.seek(position)
     try:
-        sound = soundfile.SoundFile(source)
+        return soundfile.SoundFile(source)
     except (soundfile.LibsndfileError, RuntimeError, ValueError, TypeError) as error:
         raise AudioError(f"{name}: not decodable audio ({_libsndfile_reason(error)})") from None
-    with sound:
-        return _decode(sound, sample_rate, offset_s, duration_s, channel, limits, name)
 
 
 def _decode(sound: soundfile.SoundFile, sample_rate: int, offset_s: float, duration_s: float | None,
-            channel: int | None, limits: InputConfig, name: str) -> LoadedAudio:
+            channel: int | None, limits: InputConfig, name: str,
+            expect: Callable[[int], None] | None = None) -> LoadedAudio:
+    """`decode_audio` on an open handle; `expect(frames)` is told, before each chunk, how many frames are about
+    to be decoded (a range reader sizes its next fetch by it)."""
     source_rate, channels = int(sound.samplerate), int(sound.channels)
     if source_rate < limits.min_sample_rate:
         raise AudioError(f"{name}: header says {source_rate} Hz; below the minimum {limits.min_sample_rate} Hz "
@@ -202,6 +286,8 @@ def _decode(sound: soundfile.SoundFile, sample_rate: int, offset_s: float, durat
     decoded = 0
     while decoded < budget:
         wanted = min(len(buffer), budget - decoded)
+        if expect is not None:
+            expect(wanted)
         frames, failure = _decode_into(sound, buffer[:wanted])
         if failure is not None:
             if decoded + frames == 0:
@@ -276,9 +362,6 @@ def _decode_into(sound: soundfile.SoundFile, buffer: np.ndarray) -> tuple[int, s
         return 0, _libsndfile_reason(error)
 
 
-_OBJECT_REPR = re.compile(r"<[^<>]*\bat 0x[0-9a-fA-F]+>|<_io\.[^<>]*>")
-
-
 def _libsndfile_reason(error: BaseException) -> str:
     """libsndfile's reason without "Error opening <_io.BytesIO object at 0x...>: "."""
     reason = getattr(error, "error_string", None) or str(error)
@@ -316,130 +399,3 @@ def _check_request(name: str, offset_s: float, duration_s: float | None, channel
             raise AudioError(f"{name}: channel {channel!r} must be an integer (0-based) or null") from None
         if isinstance(channel, bool) or index < 0:
             raise AudioError(f"{name}: channel {channel!r} must be an integer >= 0 (0-based) or null")
-
-
-def _fetch(uri: str, max_bytes: int, abandoned: threading.Event) -> bytes:
-    """Runs in a fetch thread: the file's bytes, or AudioError naming it."""
-    local = local_path(uri)
-    try:
-        if local is not None:
-            return _read_local(local, uri, max_bytes, abandoned)
-        return _read_remote(uri, max_bytes, abandoned)
-    except AudioError:
-        raise
-    except (FileNotFoundError, NotADirectoryError):
-        raise AudioError(f"{uri}: file not found") from None
-    except IsADirectoryError:
-        raise AudioError(f"{uri}: not a regular file (directory)") from None
-    except OSError as error:
-        raise AudioError(f"{uri}: cannot read ({type(error).__name__}: {error.strerror or error})") from None
-    except Exception as error:  # fsspec backends raise their own types (botocore, gcsfs, aiohttp ...)
-        raise AudioError(f"{uri}: cannot read ({type(error).__name__}: {_OBJECT_REPR.sub('', str(error))})") \
-            from None
-
-
-_FILE_KINDS = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
-               (stat.S_ISBLK, "block device"), (stat.S_ISDIR, "directory"))
-
-
-def _check_regular(mode: int, size: int, uri: str, max_bytes: int) -> None:
-    if not stat.S_ISREG(mode):
-        kind = next((kind for test, kind in _FILE_KINDS if test(mode)), "not a file")
-        raise AudioError(f"{uri}: not a regular file ({kind})")
-    _check_size(size, uri, max_bytes)
-
-
-def _check_size(size: int, uri: str, max_bytes: int) -> None:
-    if size > max_bytes:
-        raise AudioError(f"{uri}: {size} bytes, more than input.max_file_bytes ({max_bytes} bytes, "
-                         f"--max-file-bytes)")
-
-
-def _read_local(path: str, uri: str, max_bytes: int, abandoned: threading.Event) -> bytes:
-    status = os.stat(path)
-    _check_regular(status.st_mode, status.st_size, uri, max_bytes)  # before open: opening a FIFO can block
-    # O_NONBLOCK: were the path swapped for a FIFO since the stat, opening it still returns at once
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    with open(descriptor, "rb", buffering=0) as handle:
-        status = os.fstat(descriptor)
-        _check_regular(status.st_mode, status.st_size, uri, max_bytes)
-        return _read_capped(handle, uri, max_bytes, abandoned)
-
-
-def _read_remote(uri: str, max_bytes: int, abandoned: threading.Event) -> bytes:
-    filesystem, path = fsspec.core.url_to_fs(uri)
-    try:
-        info = filesystem.info(path)
-    except FileNotFoundError:
-        raise
-    except Exception:  # some backends cannot tell (an HTTP server without HEAD): the capped read still holds
-        info = {}
-    if info.get("type") == "directory":
-        raise AudioError(f"{uri}: not a regular file (directory)")
-    if isinstance(info.get("size"), int):
-        _check_size(info["size"], uri, max_bytes)
-    with filesystem.open(path, "rb") as handle:
-        return _read_capped(handle, uri, max_bytes, abandoned)
-
-
-def _read_capped(handle: Any, uri: str, max_bytes: int, abandoned: threading.Event) -> bytes:
-    """All of `handle`, read in chunks, never more than `max_bytes + 1` bytes (one past the limit tells a file
-    that is too large); stops early once the caller has given up on it."""
-    chunks: list[bytes] = []
-    total = 0
-    while total <= max_bytes and not abandoned.is_set():
-        chunk = handle.read(min(_READ_CHUNK_BYTES, max_bytes + 1 - total))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        total += len(chunk)
-    if total > max_bytes:
-        raise AudioError(f"{uri}: more than input.max_file_bytes ({max_bytes} bytes, --max-file-bytes)")
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-class _FetchThreads:
-    """Daemon threads that run fetches, so that the caller can stop waiting for one (`read_bytes`).
-
-    Threads are kept between fetches (the common case starts none); one is started only when every thread is
-    busy. A fetch past its timeout is abandoned, not stopped (Python cannot interrupt a thread blocked in a
-    read): its thread stays busy until the read returns, which for a dead mount may be never, and as a daemon it
-    never keeps the process from exiting.
-    """
-
-    def __init__(self) -> None:
-        self._jobs: SimpleQueue[tuple[Future, Callable[..., Any], tuple[Any, ...]]] = SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0  # threads waiting for a job, or about to
-
-    def submit(self, function: Callable[..., Any], *args: Any) -> Future:
-        future: Future = Future()
-        with self._lock:
-            start = self._idle == 0
-            if not start:
-                self._idle -= 1
-        if start:
-            threading.Thread(target=self._work, name="audio-fetch", daemon=True).start()
-        self._jobs.put((future, function, args))
-        return future
-
-    def _work(self) -> None:
-        while True:
-            future, function, args = self._jobs.get()
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(function(*args))
-                except BaseException as error:  # handed to the waiting caller by future.result()
-                    future.set_exception(error)
-            del future, function, args  # an abandoned fetch's bytes must not live on in an idle thread
-            with self._lock:
-                self._idle += 1
-
-    def _after_fork(self) -> None:
-        """A forked child has none of the parent's threads: start from none."""
-        self.__init__()
-
-
-_FETCH_THREADS = _FetchThreads()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_FETCH_THREADS._after_fork)

@@ -92,6 +92,33 @@ class ResourcesConfig:
         return self.asr_actor_cpus or (1.0 if device == "cuda" else 0.5)
 
 
+@dataclass(frozen=True)
+class LongAudioConfig:
+    """How a long recording is decoded (`pipeline/chunks.py`): a row longer than `chunk_s` is cut into chunks of
+    at most `chunk_s` seconds, at its pauses where it has them and else overlapping by `overlap_s`, decoded in the
+    same batches as short rows and merged back into one row; with `attention = "local"` the encoder attends
+    `local_context` frames each side (NeMo's `rel_pos_local_attn`) instead of the whole input. Measured in
+    `benchmarks/long_audio.py` (docs/long_audio.md): chunks beat local attention on the bundled model."""
+
+    chunk_s: float = 30.0  # 0: never cut (a recording is encoded whole: memory grows with its length)
+    overlap_s: float = 4.0
+    attention: Literal["full", "local"] = "full"
+    local_context: int = 128  # encoder frames each side, with attention = "local"
+
+    def __post_init__(self) -> None:
+        for name in ("chunk_s", "overlap_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                raise ValueError(f"long_audio.{name} must be a number >= 0, got {value!r}")
+        if self.chunk_s and not self.overlap_s < self.chunk_s / 2:
+            raise ValueError(f"long_audio.overlap_s must be less than half of chunk_s ({self.chunk_s:g}), got "
+                             f"{self.overlap_s:g}")
+        if self.attention not in ("full", "local"):
+            raise ValueError(f"long_audio.attention must be full or local, got {self.attention!r}")
+        if isinstance(self.local_context, bool) or not isinstance(self.local_context, int) or self.local_context < 1:
+            raise ValueError(f"long_audio.local_context must be an integer >= 1, got {self.local_context!r}")
+
+
 # settings renamed, still read under their old names (flags and YAML): old -> new
 RESOURCE_ALIASES = {"gpu_actors": "asr_actors", "cpu_actors": "audio_actors", "ctc_actors": "writer_actors"}
 
@@ -104,6 +131,7 @@ class TranscribeJobConfig:
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
     input: InputConfig = field(default_factory=InputConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    long_audio: LongAudioConfig = field(default_factory=LongAudioConfig)
     ray_address: str | None = None  # None: RAY_ADDRESS or a running cluster, else a new local one
 
     def __post_init__(self) -> None:
@@ -122,10 +150,12 @@ class TranscribeJobConfig:
     def results_identity(self) -> dict[str, Any]:
         """What makes two runs' rows the same kind of result: rows of another identity must not be mixed in."""
         return redact_values({"model": dataclasses.asdict(self.model) | {"cache_dir": None},
-                              "decoding": decoding_identity(self.decoding)})
+                              "decoding": decoding_identity(self.decoding),
+                              "long_audio": dataclasses.asdict(self.long_audio)})
 
 
-_SECTIONS = {"model": ModelConfig, "decoding": DecodingConfig, "input": InputConfig, "resources": ResourcesConfig}
+_SECTIONS = {"model": ModelConfig, "decoding": DecodingConfig, "input": InputConfig, "resources": ResourcesConfig,
+             "long_audio": LongAudioConfig}
 
 
 def config_from_dict(values: dict[str, Any]) -> TranscribeJobConfig:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import schema, sink, stages
+from pipeline.chunks import check_attention
 from pipeline.config import TranscribeJobConfig
 from pipeline.decoding import DecodingError, DecodingPlan, plan_decoding
 from pipeline.fetch import fetch_file, file_sha256
@@ -141,12 +142,14 @@ def build_transcription(config: TranscribeJobConfig, plan: DecodingPlan, manifes
                      + finish_cpus * resources.writer_actors)
     dataset = read_rows(config, manifest_uris, ray.cluster_resources().get("CPU", 0.0) - reserved_cpus)
     dataset = dataset.map_batches(
-        stages.LoadAudio, fn_constructor_kwargs={"sample_rate": sample_rate, "limits": config.input},
+        stages.LoadAudio, fn_constructor_kwargs={"sample_rate": sample_rate, "limits": config.input,
+                               "long_audio": config.long_audio},
         batch_format="pyarrow", batch_size=AUDIO_BATCH_ROWS, compute=ActorPoolStrategy(size=resources.audio_actors),
         num_cpus=AUDIO_ACTOR_CPUS)
     dataset = dataset.map_batches(
         stages.TranscribeBatch,
-        fn_constructor_kwargs={"model": config.model, "plan": plan, "resources": resources},
+        fn_constructor_kwargs={"model": config.model, "plan": plan, "resources": resources,
+                               "long_audio": config.long_audio, "limits": config.input},
         batch_format="pyarrow", batch_size=resources.window_rows,
         compute=ActorPoolStrategy(size=resources.asr_actors), num_cpus=asr_cpus,
         num_gpus=1 if plan.device == "cuda" else 0)
@@ -234,6 +237,10 @@ def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str,
     device = resolve_device(config)
     facts = read_model_facts(model_path)
     plan = plan_job_decoding(facts, config, device)
+    try:
+        check_attention(config.long_audio.attention, facts.encoder_attention, redact(config.model.uri))
+    except ValueError as error:
+        raise JobError(str(error)) from None
     sink.write_json(config.output, sink.CONFIG_FILE, {
         "config": config.to_dict(), "identity": config.results_identity(), "row_identity": schema.ROW_IDENTITY,
         "model_id": redact(model_id), "device": device, "manifests": [redact(uri) for uri in manifest_uris]})

@@ -56,6 +56,7 @@ class ModelFacts:
     durations: tuple[int, ...]  # TDT durations; empty for RNN-T and CTC
     sample_rate: int
     max_symbols: int  # the checkpoint's greedy labels-per-frame limit
+    encoder_attention: str | None = None  # the encoder's `self_attention_model` (Conformers: rel_pos, ...)
 
     @property
     def heads(self) -> tuple[Head, ...]:
@@ -90,8 +91,10 @@ def model_facts(config: Any) -> ModelFacts:
     else:
         kind = "ctc"
     greedy = (config.get("decoding", {}) or {}).get("greedy", {}) or {}
+    attention = (config.get("encoder", {}) or {}).get("self_attention_model")
     return ModelFacts(kind=kind, durations=durations, sample_rate=sample_rate_of(config),
-                      max_symbols=int(greedy.get("max_symbols") or DEFAULT_MAX_SYMBOLS))
+                      max_symbols=int(greedy.get("max_symbols") or DEFAULT_MAX_SYMBOLS),
+                      encoder_attention=str(attention) if attention else None)
 
 
 def read_model_facts(path: Path | str) -> ModelFacts:

@@ -173,6 +173,20 @@ class AsrModel:
     def device(self) -> torch.device:
         return next(self.nemo_model.parameters()).device
 
+    def use_local_attention(self, context_frames: int) -> None:
+        """Make the encoder attend `context_frames` encoder frames each side (NeMo's `rel_pos_local_attn`), so
+        its memory grows with the input's length instead of its square; raises `ValueError` for an encoder
+        without it (only Conformer-style encoders with relative positions have it)."""
+        encoder = self.nemo_model.encoder
+        attention = getattr(encoder, "self_attention_model", None)
+        if not hasattr(encoder, "change_attention_model") or attention not in ("rel_pos", "rel_pos_local_attn"):
+            raise ValueError(f"local attention needs a Conformer encoder with relative positions; this model's "
+                             f"encoder is {type(encoder).__name__} with {attention or 'no'} self-attention")
+        with _nemo_quiet():
+            encoder.change_attention_model("rel_pos_local_attn", [context_frames, context_frames],
+                                           update_config=False, device=self.device)
+        self.nemo_model.eval()
+
     @torch.no_grad()
     def encode(self, waveforms: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """waveforms [B, S] float at `sample_rate`, lengths [B] samples -> encoder_output [B, T, D], [B] frames."""

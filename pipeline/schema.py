@@ -47,6 +47,8 @@ WORD_TYPE = pa.struct([
 # columns that exist only between stages
 SAMPLES = "samples"  # float32 waveform at the model's rate (audio stage -> ASR stage)
 AUDIO_S = "audio_s"  # seconds of audio actually decoded
+ENERGIES = "energies"  # chunked_read rows: energy (dB) of each 10 ms, where LoadAudio found the pauses
+CHUNKED_READ = "chunked_read"  # a long row whose audio the ASR stage reads chunk by chunk (LoadAudio carries none)
 PADDED_S = "padded_s"  # this row's share of its encoder batch's padded seconds
 TOKENS = "tokens"
 TOKEN_FRAMES = "token_frames"

@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -36,11 +37,12 @@ import pyarrow as pa
 import torch
 
 from pipeline import schema, sink
-from pipeline.audio import AudioError, load_audio
+from pipeline.audio import AudioError, LoadedAudio, load_audio_batch
 from pipeline.bucketing import padded_seconds, plan_batches
 from pipeline.calibration import Calibration, load_calibration, measure_of
-from pipeline.config import InputConfig, ModelConfig, ResourcesConfig
-from pipeline.decoding import DecodingPlan, compact_ctc_log_probs, load_language_model
+from pipeline.chunks import Chunk, ChunkTokens, frame_energies_db, merge_compact_ctc, merge_tokens, plan_chunks
+from pipeline.config import InputConfig, LongAudioConfig, ModelConfig, ResourcesConfig
+from pipeline.decoding import DecodingPlan, compact_ctc_log_probs, load_fusion_model
 from pipeline.fetch import fetch_file, file_sha256
 from pipeline.manifest import read_manifest
 from pipeline.nemo_file import LayoutUnavailable, ModelLayout, read_model_layout
@@ -49,9 +51,11 @@ from pipeline.recognize import pad_waveforms, transcript_of
 from pipeline.redact import redact
 from pipeline.schema import (
     AUDIO_S,
+    CHUNKED_READ,
     COMMITTED_AT,
     CTC_FRAMES,
     CTC_LOG_PROBS,
+    ENERGIES,
     FINISH_S,
     PADDED_S,
     PART,
@@ -67,6 +71,9 @@ from pipeline.schema import (
 )
 
 ModelLoader = Callable[[ModelConfig, str], AsrModel]
+MIN_CHUNK_S = 2.0  # a long recording is cut at the first pause this far into a chunk (pipeline/chunks.py)
+ENERGY_FRAMES_PER_S = 100  # LoadAudio measures the energy of long recordings per 10 ms
+CHUNK_READ_THREADS = 4  # chunks of long recordings read at once by an ASR actor, ahead of the encoder
 
 
 def load_model(model: ModelConfig, device: str) -> AsrModel:
@@ -186,34 +193,64 @@ class ReadManifests:
 
 class LoadAudio:
     """CPU stage: rows -> rows with `samples` (float32 at `sample_rate`), `audio_s` and the measured
-    `audio_duration`; a row whose audio cannot be used, or is past a bound of `limits`, becomes an error row."""
+    `audio_duration`; a row whose audio cannot be used, or is past a bound of `limits`, becomes an error row.
 
-    def __init__(self, sample_rate: int, limits: InputConfig | None = None) -> None:
+    A row longer than `long_audio.chunk_s` leaves without its samples: it is read here once, whole (which checks
+    it and measures it), to find its pauses (`energies`, the energy of each 10 ms), and the ASR stage reads it
+    again chunk by chunk as its buckets need them (`chunked_read`), so an hour of audio never crosses Ray's
+    object store and the ASR actor's memory does not grow with the recording's length. The audio actor holds
+    one whole recording while it measures it (230 MB an hour at 16 kHz).
+    """
+
+    def __init__(self, sample_rate: int, limits: InputConfig | None = None,
+                 long_audio: LongAudioConfig | None = None) -> None:
         self.sample_rate, self.limits = sample_rate, limits or InputConfig()
+        self.long_audio = long_audio or LongAudioConfig()
 
     def __call__(self, table: pa.Table) -> pa.Table:
         table = table.cast(schema.INPUT_SCHEMA) if table.schema != schema.INPUT_SCHEMA else table
         samples: list[np.ndarray] = [np.zeros(0, np.float32)] * table.num_rows
         measured: list[float | None] = [None] * table.num_rows
+        chunked = [False] * table.num_rows
+        energies: list[np.ndarray | None] = [None] * table.num_rows
         failed: dict[int, str] = {}
         uris = table.column(schema.AUDIO_FILEPATH).to_pylist()
         offsets, durations = table.column(schema.OFFSET).to_pylist(), table.column(schema.DURATION).to_pylist()
         channels = table.column(schema.CHANNEL).to_pylist()
-        for index in _ok_rows(table):
-            try:
-                audio = load_audio(uris[index], self.sample_rate, offsets[index], durations[index] or None,
-                                   channel=channels[index], limits=self.limits)
-                samples[index], measured[index] = audio.samples, audio.duration_s
-            except AudioError as error:
-                failed[index] = str(error)
-            except Exception as error:  # a decoder bug must not cost the batch
-                failed[index] = f"{uris[index]}: cannot load audio ({type(error).__name__}: {error})"
+        chunk_s = self.long_audio.chunk_s
+        ok = _ok_rows(table)
+        loaded = load_audio_batch([uris[i] for i in ok], self.sample_rate, [offsets[i] for i in ok],
+                                  [durations[i] for i in ok], [channels[i] for i in ok], self.limits)
+        for index, audio in zip(ok, loaded):
+            if isinstance(audio, AudioError):
+                failed[index] = str(audio)
+                continue
+            measured[index] = audio.duration_s
+            if chunk_s and audio.duration_s > chunk_s:  # the ASR stage reads it again, a chunk at a time
+                chunked[index] = True
+                energies[index] = frame_energies_db(audio.samples, self.sample_rate // ENERGY_FRAMES_PER_S)
+            else:
+                samples[index] = audio.samples
         table = _fail(table, failed)
         for index in failed:
-            samples[index], measured[index] = np.zeros(0, np.float32), None
+            samples[index], measured[index], chunked[index] = np.zeros(0, np.float32), None, False
         table = _set(table, schema.AUDIO_DURATION, pa.array(measured, pa.float64()))
-        table = _set(table, AUDIO_S, pa.array([len(s) / self.sample_rate for s in samples], pa.float64()))
+        table = _set(table, AUDIO_S, pa.array([measured[i] if chunked[i] else len(s) / self.sample_rate
+                                               for i, s in enumerate(samples)], pa.float64()))
+        table = _set(table, CHUNKED_READ, pa.array(chunked, pa.bool_()))
+        table = _set(table, ENERGIES, pa.array([e if chunked[i] else None for i, e in enumerate(energies)],
+                                               type=pa.list_(pa.float32())))
         return _set(table, SAMPLES, pa.array(samples, type=pa.large_list(pa.float32())))
+
+
+def _hops_to_frames(energies_db: list[float] | None, frame_shift_s: float) -> np.ndarray | None:
+    """Energies of 10 ms hops (dB) -> of encoder frames of `frame_shift_s` (the mean power of their hops)."""
+    if not energies_db:
+        return None
+    hops = max(1, round(frame_shift_s * ENERGY_FRAMES_PER_S))
+    power = np.power(10.0, np.asarray(energies_db, dtype=np.float64) / 10)
+    power = np.pad(power, (0, -len(power) % hops), constant_values=1e-10)
+    return 10 * np.log10(power.reshape(-1, hops).mean(axis=1))
 
 
 def _samples(column: pa.ChunkedArray, index: int) -> np.ndarray:
@@ -223,69 +260,216 @@ def _samples(column: pa.ChunkedArray, index: int) -> np.ndarray:
 class TranscribeBatch:
     """GPU stage: a window of rows -> length buckets -> encoder + decoding -> tokens with frames per row.
 
-    Rows already in error pass through. A bucket that fails is retried row by row, so one bad row becomes one
+    A row longer than `long_audio.chunk_s` is cut into overlapping chunks (`pipeline/chunks.py`) that join the
+    buckets beside short rows, and its chunks' results are merged back into the row, at the recording's frames.
+    Rows already in error pass through. A bucket that fails is retried piece by piece, so one bad row becomes one
     error row. Where the plan has the writer search, the rows carry compact CTC log-probs for `FinishAndWrite`
     instead of tokens.
     """
 
     def __init__(self, model: ModelConfig, plan: DecodingPlan, resources: ResourcesConfig,
+                 long_audio: LongAudioConfig | None = None, limits: InputConfig | None = None,
                  load: ModelLoader = load_model) -> None:
         if plan.device == "cpu" and resources.torch_threads is not None:
             torch.set_num_threads(resources.torch_threads)
         self.model_config, self.plan, self.resources = model, plan, resources
+        self.long_audio, self.limits = long_audio or LongAudioConfig(), limits or InputConfig()
         self.model: AsrModel | None = None
         self.decode = None
+        self.word_start = np.zeros(0, bool)  # by token id: whether the piece starts a word (chunks are joined there)
+        self._readers: ThreadPoolExecutor | None = None  # reads chunks of `chunked_read` rows ahead of the encoder
         self._loading = _BackgroundLoad(lambda: load(model, plan.device), model.uri)
 
     def _ensure_loaded(self) -> None:
         if self.model is not None:
             return
-        self.model = self._loading.get()
+        model = self._loading.get()
+        if self.long_audio.attention == "local":
+            model.use_local_attention(self.long_audio.local_context)
+        pieces = model.tokenizer.ids_to_pieces(range(model.tokenizer.vocab_size))
+        self.word_start = np.array([piece.startswith("\u2581") for piece in pieces], dtype=bool)
         if not self.plan.writer_searches:
-            lm = load_language_model(self.plan, self.plan.lm_vocab_size(self.model), self.model_config.cache_dir)
-            self.decode = self.plan.build_decoder(self.model, lm)
+            lm = load_fusion_model(self.plan, model, self.model_config.cache_dir)  # n-gram LM and/or phrases
+            self.decode = self.plan.build_decoder(model, lm)
+        self.model = model
+
+    def _chunks(self, num_samples: int, samples: np.ndarray | None = None, always: bool = False,
+                energies_db: np.ndarray | None = None) -> list[Chunk] | None:
+        """The chunks of a row of `num_samples` samples, cut at pauses found from its `samples` or its encoder
+        frames' `energies_db`; None for a row decoded whole (one chunk if `always`)."""
+        samples_per_frame = round(self.model.frame_shift_s * self.model.sample_rate)
+        chunk_frames = round(self.long_audio.chunk_s / self.model.frame_shift_s)
+        if not self.long_audio.chunk_s or num_samples <= chunk_frames * samples_per_frame:
+            frames = -(-num_samples // samples_per_frame)
+            return [Chunk(0, num_samples, 0, frames)] if always else None
+        energies = frame_energies_db(samples, samples_per_frame) if samples is not None else energies_db
+        return plan_chunks(num_samples, samples_per_frame, chunk_frames,
+                           round(self.long_audio.overlap_s / self.model.frame_shift_s), energies,
+                           min_frames=round(MIN_CHUNK_S / self.model.frame_shift_s))
 
     def __call__(self, table: pa.Table) -> pa.Table:
         rows = _ok_rows(table)
-        audio_s = np.asarray(table.column(AUDIO_S).to_numpy(zero_copy_only=False), dtype=np.float64)
-        results: dict[int, dict[str, Any]] = {}
+        column = table.column(SAMPLES)
+        uris = table.column(schema.AUDIO_FILEPATH).to_pylist()
+        audio_s = table.column(AUDIO_S).to_pylist()
+        chunked_read = (table.column(CHUNKED_READ).to_pylist() if CHUNKED_READ in table.column_names
+                        else [False] * table.num_rows)
         failed: dict[int, str] = {}
         padded = np.zeros(table.num_rows)
-        column = table.column(SAMPLES)
-        buckets = []
+        pieces: list[tuple[int, Chunk | None]] = []  # (row, chunk) decoded as one waveform; None: the whole row
         if rows:
             self._ensure_loaded()
-            buckets = plan_batches(audio_s[rows], self.resources.batch_audio_s, self.resources.max_batch_size)
-        for bucket in buckets:
-            indices = [rows[i] for i in bucket]
-            padded[indices] = padded_seconds(audio_s[indices], [np.arange(len(indices))]) / len(indices)
+        sample_rate = self.model.sample_rate if rows else 1
+        for index in rows:
+            if chunked_read[index]:
+                chunks = self._chunks(round(audio_s[index] * sample_rate), always=True,
+                                      energies_db=_hops_to_frames(table.column(ENERGIES)[index].as_py(),
+                                                                  self.model.frame_shift_s))
+            else:
+                chunks = self._chunks(len(column[index].values), _samples(column, index))
+            pieces += [(index, None)] if chunks is None else [(index, chunk) for chunk in chunks]
+        piece_s = np.array([len(column[index].values) / sample_rate if chunk is None
+                            else (chunk.end_sample - chunk.start_sample) / sample_rate for index, chunk in pieces])
+        results: list[dict[str, Any] | None] = [None] * len(pieces)
+        read_samples: dict[int, int] = {}  # chunked_read rows: samples read, to the end of the furthest chunk
+
+        def in_memory(piece: int) -> np.ndarray:
+            index, chunk = pieces[piece]
+            samples = _samples(column, index)
+            return samples if chunk is None else samples[chunk.start_sample: chunk.end_sample]
+
+        buckets = plan_batches(piece_s, self.resources.batch_audio_s, self.resources.max_batch_size) if pieces else []
+        buckets = [[int(i) for i in bucket] for bucket in buckets]
+        reads = self._read_ahead(table, pieces, buckets[0], chunked_read) if buckets else {}
+        for number, bucket in enumerate(buckets):
+            waveforms: dict[int, np.ndarray] = {}
+            for piece in bucket:
+                index = pieces[piece][0]
+                if not chunked_read[index]:
+                    waveforms[piece] = in_memory(piece)
+                    continue
+                try:
+                    waveforms[piece] = self._chunk_audio(reads.pop(piece), pieces[piece][1])
+                except Exception as error:
+                    failed.setdefault(index, str(error) if isinstance(error, AudioError) else
+                                      f"{uris[index]}: cannot load audio ({type(error).__name__}: {error})")
+                    continue
+                chunk = pieces[piece][1]
+                read_samples[index] = max(read_samples.get(index, 0), chunk.start_sample + len(waveforms[piece]))
+            if number + 1 < len(buckets):  # the next bucket's chunks are read while this one is encoded
+                reads.update(self._read_ahead(table, pieces, buckets[number + 1], chunked_read))
+            bucket = [piece for piece in bucket if pieces[piece][0] not in failed]
+            for piece in [piece for piece in bucket if not len(waveforms[piece])]:  # a chunk past the audio's end
+                results[piece] = self._nothing()
+            bucket = [piece for piece in bucket if len(waveforms[piece])]
+            if not bucket:
+                continue
+            np.add.at(padded, [pieces[i][0] for i in bucket],
+                      padded_seconds(piece_s[bucket], [np.arange(len(bucket))]) / len(bucket))
             try:
-                results.update(zip(indices, self._run([_samples(column, i) for i in indices])))
+                for piece, result in zip(bucket, self._run([waveforms[i] for i in bucket])):
+                    results[piece] = result
             except Exception:
-                for index in indices:  # find the row that fails; the others still get results
+                for piece in bucket:  # find the piece that fails; the others still get results
+                    index = pieces[piece][0]
                     try:
-                        results[index] = self._run([_samples(column, index)])[0]
+                        results[piece] = self._run([waveforms[piece]])[0]
                     except Exception as error:
-                        failed[index] = f"{table.column(schema.AUDIO_FILEPATH)[index]}: decoding failed " \
-                                        f"({type(error).__name__}: {error})"
+                        failed.setdefault(index, f"{uris[index]}: decoding failed ({type(error).__name__}: {error})")
+        by_row: dict[int, list[tuple[Chunk | None, dict[str, Any]]]] = {}
+        for (index, chunk), result in zip(pieces, results):
+            by_row.setdefault(index, []).append((chunk, result))
+        merged = {index: self._merge(row_pieces) for index, row_pieces in by_row.items() if index not in failed}
         table = _fail(table.drop_columns([SAMPLES]), failed)
+        if read_samples:  # what was read of the rows read in chunks: measured, as LoadAudio measures the others
+            measured = table.column(schema.AUDIO_DURATION).to_pylist()
+            for index, samples in read_samples.items():
+                if index not in failed:
+                    measured[index] = audio_s[index] = samples / sample_rate
+            table = _set(table, schema.AUDIO_DURATION, pa.array(measured, pa.float64()))
+            table = _set(table, AUDIO_S, pa.array(audio_s, pa.float64()))
         table = _set(table, PADDED_S, pa.array(padded, pa.float64()))
         empty: dict[str, Any] = {}
         for name, kind in ((TOKENS, pa.list_(pa.int64())), (TOKEN_FRAMES, pa.list_(pa.int64())),
                            (TOKEN_DURATIONS, pa.list_(pa.int64())), (SCORE, pa.float64()),
                            (TOKEN_CONFIDENCE, pa.list_(pa.float64())),
                            (CTC_LOG_PROBS, pa.large_binary()), (CTC_FRAMES, pa.list_(pa.int32()))):
-            table = _set(table, name, pa.array([results.get(i, empty).get(name) for i in range(table.num_rows)],
+            table = _set(table, name, pa.array([merged.get(i, empty).get(name) for i in range(table.num_rows)],
                                                type=kind))
         return table
+
+    def _read_ahead(self, table: pa.Table, pieces: list[tuple[int, Chunk | None]], bucket: list[int],
+                    chunked_read: list[bool]) -> dict[int, tuple[Future, int]]:
+        """Start reading the chunks of `chunked_read` rows in `bucket`: piece -> (the future of its row's chunks'
+        audio, its place in them). The chunks of one recording are one `load_audio_batch` call, which reads by
+        range what they need, once."""
+        by_row: dict[int, list[int]] = {}
+        for piece in bucket:
+            if chunked_read[pieces[piece][0]]:
+                by_row.setdefault(pieces[piece][0], []).append(piece)
+        if not by_row:
+            return {}
+        if self._readers is None:
+            self._readers = ThreadPoolExecutor(max_workers=CHUNK_READ_THREADS, thread_name_prefix="read-chunk")
+        sample_rate = self.model.sample_rate
+        reads: dict[int, tuple[Future, int]] = {}
+        for index, row_pieces in by_row.items():
+            uri = table.column(schema.AUDIO_FILEPATH)[index].as_py()
+            offset = table.column(schema.OFFSET)[index].as_py() or 0.0
+            chunks = [pieces[piece][1] for piece in row_pieces]
+            future = self._readers.submit(
+                load_audio_batch, [uri] * len(chunks), sample_rate,
+                [offset + chunk.start_sample / sample_rate for chunk in chunks],
+                [(chunk.end_sample - chunk.start_sample) / sample_rate for chunk in chunks],
+                [table.column(schema.CHANNEL)[index].as_py()] * len(chunks), self.limits)
+            reads.update((piece, (future, place)) for place, piece in enumerate(row_pieces))
+        return reads
+
+    def _chunk_audio(self, read: tuple[Future, int], chunk: Chunk) -> np.ndarray:
+        """A chunk's samples from `_read_ahead`; raises the `AudioError` of a chunk that cannot be read, naming
+        where in the recording it is."""
+        future, place = read
+        audio = future.result()[place]
+        if isinstance(audio, LoadedAudio):
+            return audio.samples
+        if chunk.start_sample > 0 and "past the end" in str(audio):  # the manifest's duration overstates it
+            return np.zeros(0, np.float32)
+        rate = self.model.sample_rate
+        raise AudioError(f"{audio} (reading {chunk.start_sample / rate:.1f} s to {chunk.end_sample / rate:.1f} s of "
+                         "the recording)")
+
+    def _nothing(self) -> dict[str, Any]:
+        """The result of a chunk with no audio (past the end of what its recording holds)."""
+        if self.plan.writer_searches:
+            return {"compact": (np.zeros((0, self.model.ctc.vocab_size + 1), np.float16), np.zeros(0, np.int32))}
+        return {TOKENS: [], TOKEN_FRAMES: [], TOKEN_DURATIONS: [] if self.plan.span_kind == "tdt" else None,
+                SCORE: 0.0, TOKEN_CONFIDENCE: [] if self.plan.config.confidence else None}
+
+    def _merge(self, pieces: list[tuple[Chunk | None, dict[str, Any]]]) -> dict[str, Any]:
+        """One row's decoded pieces -> its result columns (a whole row's as they are; chunks merged)."""
+        chunks = [chunk for chunk, _ in pieces]
+        if self.plan.writer_searches:
+            if chunks == [None]:
+                values, frames = pieces[0][1]["compact"]
+            else:
+                values, frames = merge_compact_ctc(chunks, [result["compact"] for _, result in pieces])
+            return {CTC_LOG_PROBS: values.tobytes(), CTC_FRAMES: frames}
+        if chunks == [None]:
+            return pieces[0][1]
+        hypothesis = merge_tokens(chunks, [ChunkTokens(r[TOKENS], r[TOKEN_FRAMES], r[TOKEN_DURATIONS],
+                                                       r[TOKEN_CONFIDENCE], r[SCORE]) for _, r in pieces],
+                                  self.word_start)
+        return {TOKENS: hypothesis.tokens, TOKEN_FRAMES: hypothesis.frame_indices,
+                TOKEN_DURATIONS: hypothesis.durations, SCORE: hypothesis.score,
+                TOKEN_CONFIDENCE: hypothesis.confidence}
 
     @torch.no_grad()
     def _run(self, waveforms: list[np.ndarray]) -> list[dict[str, Any]]:
         audio, lengths = pad_waveforms(waveforms)
         encoder_output, encoder_lengths = self.model.encode(audio, lengths)
         if self.plan.writer_searches:
-            compact = compact_ctc_log_probs(self.model, encoder_output, encoder_lengths, self.plan)
-            return [{CTC_LOG_PROBS: values.tobytes(), CTC_FRAMES: frames} for values, frames in compact]
+            return [{"compact": compact}
+                    for compact in compact_ctc_log_probs(self.model, encoder_output, encoder_lengths, self.plan)]
         return [{TOKENS: h.tokens, TOKEN_FRAMES: h.frame_indices, TOKEN_DURATIONS: h.durations, SCORE: h.score,
                  TOKEN_CONFIDENCE: h.confidence} for h in self.decode(encoder_output, encoder_lengths).to_list()]
 
@@ -314,7 +498,7 @@ class FinishAndWrite:
         self.calibration = load_checked_calibration(self.model_config, self.plan)  # a wrong map stops the job
         self.model = self._loading.get()
         if self.plan.writer_searches:
-            lm = load_language_model(self.plan, self.plan.lm_vocab_size(self.model), self.model_config.cache_dir)
+            lm = load_fusion_model(self.plan, self.model, self.model_config.cache_dir)  # n-gram LM and/or phrases
             self.search = self.plan.build_writer_search(self.model, lm)
 
     def __call__(self, table: pa.Table) -> pa.Table:

@@ -17,6 +17,7 @@ import soxr
 from fsspec.spec import AbstractFileSystem
 
 from pipeline import audio as audio_module
+from pipeline import audio_read
 from pipeline.audio import AudioError, LoadedAudio, decode_audio, load_audio, read_bytes
 from pipeline.config import InputConfig
 
@@ -351,7 +352,7 @@ def test_a_fifo_is_refused_at_once_without_being_opened(tmp_path, monkeypatch):
     def no_open(*args, **kwargs):
         raise AssertionError("opened a FIFO")
 
-    monkeypatch.setattr(audio_module.os, "open", no_open)
+    monkeypatch.setattr(audio_read.os, "open", no_open)
     try:
         outcome, seconds = call_bounded(load_audio, str(fifo), 16000, limits=InputConfig(read_timeout_s=WAIT_S * 3))
     finally:
@@ -402,7 +403,7 @@ def test_a_local_file_over_the_size_cap_is_refused_without_being_opened(tmp_path
     def no_open(*args, **kwargs):
         raise AssertionError("opened a file over the size cap")
 
-    monkeypatch.setattr(audio_module.os, "open", no_open)
+    monkeypatch.setattr(audio_read.os, "open", no_open)
     with pytest.raises(AudioError) as caught:
         load_audio(str(path), 16000, limits=InputConfig(max_file_bytes=len(data) - 1))
     assert str(caught.value) == (f"{path}: {len(data)} bytes, more than input.max_file_bytes ({len(data) - 1} "
@@ -460,7 +461,7 @@ class _EndlessFileSystem(AbstractFileSystem):
 
 def test_a_remote_file_of_unknown_size_is_read_to_the_cap_plus_one_byte_and_no_further():
     fsspec.register_implementation(_EndlessFileSystem.protocol, _EndlessFileSystem, clobber=True)
-    limits = InputConfig(max_file_bytes=3 * audio_module._READ_CHUNK_BYTES + 5)
+    limits = InputConfig(max_file_bytes=3 * audio_read._READ_CHUNK_BYTES + 5)
     uri = "endless-audio-test://bucket/a.wav"
     with pytest.raises(AudioError) as caught:
         read_bytes(uri, limits)
