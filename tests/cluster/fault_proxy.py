@@ -8,20 +8,31 @@ MODE_FILE is read on every request (the test rewrites it while a job runs):
                            the connection closed before forwarding, or the request forwarded and the connection
                            closed before the answer (the write happened; the client does not know)
     deny-writes:<prefix>   PUT, POST and DELETE of keys under /<prefix> get 403 AccessDenied; the rest is forwarded
+    hold-gets:<n>:<glob>   the first n GETs of paths matching <glob> (fnmatch, e.g. /lsc/data/*.flac) are forwarded,
+                           later ones wait until the mode changes (a storage that stops answering: the job stays
+                           mid-way, with rows still to read, for as long as the test wants); the rest is forwarded
 
-Each fault is logged on stdout, one line each, so a test can count them.
+Each fault and each held request is logged on stdout, one line each, so a test can count them; so is every
+write that succeeded (`wrote 200 PUT /path`), so a test can watch parts being committed without listing S3.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import http.client
+import os
 import random
 import sys
+import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 UPSTREAM_HOST, UPSTREAM_PORT = "", 0
 MODE_FILE = ""
 RANDOM = random.Random(0)
+HOLD_LOCK = threading.Lock()
+HOLD_COUNTS: dict[tuple[str, int], int] = {}  # (mode, the mode file's mtime) -> GETs matched so far: each time the
+                                              # test sets a hold mode, even the same one again, it counts from 0
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade", "trailer"}
 
 
@@ -65,13 +76,28 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         self.connection.shutdown(2)
 
+    def hold(self, mode: str) -> None:
+        """Wait while `mode` is in force and this GET is past its first n matches (`hold-gets:<n>:<glob>`)."""
+        count, pattern = mode.split(":", 2)[1:]
+        if self.command != "GET" or not fnmatch.fnmatchcase(self.path.split("?", 1)[0], pattern):
+            return
+        try:
+            key = (mode, os.stat(MODE_FILE).st_mtime_ns)
+        except OSError:
+            return
+        with HOLD_LOCK:
+            HOLD_COUNTS[key] = HOLD_COUNTS.get(key, 0) + 1
+            if HOLD_COUNTS[key] <= int(count):
+                return
+        print(f"held {self.command} {self.path}", flush=True)
+        while read_mode() == mode:
+            time.sleep(0.1)
+
     def handle_any(self) -> None:
         body = self.read_body()
-        try:
-            with open(MODE_FILE) as handle:
-                mode = handle.read().strip()
-        except OSError:
-            mode = "pass"
+        mode = read_mode()
+        if mode.startswith("hold-gets:"):
+            self.hold(mode)
         drop_after = False
         if mode.startswith("flaky:") and RANDOM.random() < float(mode.split(":", 1)[1]):
             kind = RANDOM.choice(["500", "503", "drop-before", "drop-after"])
@@ -97,6 +123,8 @@ class Handler(BaseHTTPRequestHandler):
             upstream.close()
         if drop_after:
             return self.drop("after")
+        if self.command in ("PUT", "POST", "DELETE") and response.status < 300:
+            print(f"wrote {response.status} {self.command} {self.path}", flush=True)
         self.send_response(response.status, response.reason)
         for key, value in response.getheaders():
             if key.lower() not in HOP_HEADERS and key.lower() != "content-length":
@@ -109,6 +137,14 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(payload)
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
+
+
+def read_mode() -> str:
+    try:
+        with open(MODE_FILE) as handle:
+            return handle.read().strip()
+    except OSError:
+        return "pass"
 
 
 def main() -> None:

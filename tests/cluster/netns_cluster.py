@@ -1,4 +1,4 @@
-"""A two-host Ray cluster on one machine: two network namespaces (head, worker) joined by a veth pair.
+"""A two-host Ray cluster on one machine: two network namespaces (head, worker) joined by a veth pair and a bridge.
 
 Everything lives in one private subnet (`SUBNET`, addresses set only inside the namespaces made here): a moto S3
 server and a fault-injecting proxy in front of it (`fault_proxy.py`) on the head address, a Ray head with one
@@ -87,6 +87,8 @@ class NetnsCluster:
         self.log_dir = self.temp_root / "logs"
         self.proxy_mode_file = self.temp_root / "proxy_mode"
         self.token_path = self.temp_root / "auth_token"
+        self.small_disk = self.temp_root / "full"
+        self.small_disk_problem: str | None = "not mounted"
         self.namespaces: list[str] = []
         self.processes: list[subprocess.Popen] = []
         self.endpoint = f"http://{HEAD_ADDRESS}:{PROXY_PORT}"  # what jobs use: through the proxy
@@ -98,14 +100,28 @@ class NetnsCluster:
         self.log_dir.mkdir(exist_ok=True)
         self.token_path.write_text(secrets.token_hex(32))
         self.token_path.chmod(0o600)
-        for ns in (self.head_ns, self.worker_ns):
-            run(["ip", "netns", "add", ns])
-            self.namespaces.append(ns)
-            self.ns(ns, ["ip", "link", "set", "lo", "up"])
-        # the veth pair is made inside the head namespace, then one end moved: no interface in the root one
+        self.add_namespace(self.head_ns)
+        # the head's address is on a bridge of its own namespace, not on the veth: when the worker host is killed
+        # its namespace goes, and with it both ends of the veth; an address on the head's end would go too, and
+        # with it the head, moto and the proxy (they listen on that address)
+        self.ns(self.head_ns, ["ip", "link", "add", "name", "br0", "type", "bridge"])
+        self.ns(self.head_ns, ["ip", "addr", "add", f"{HEAD_ADDRESS}/24", "dev", "br0"])
+        self.ns(self.head_ns, ["ip", "link", "set", "br0", "up"])
+        self.add_namespace(self.worker_ns)
+        self.link_worker()
+
+    def add_namespace(self, namespace: str) -> None:
+        self.namespaces.append(namespace)  # first: close() deletes it even if `add` half-failed
+        run(["ip", "netns", "add", namespace])
+        self.ns(namespace, ["ip", "link", "set", "lo", "up"])
+
+    def link_worker(self) -> None:
+        """The veth pair from the head's bridge to the worker namespace, and the worker's address. It is made inside
+        the head namespace and one end moved: no interface ever exists in the root namespace. Deleting the worker
+        namespace deletes the pair (both ends), so a restarted worker host gets a new one."""
         self.ns(self.head_ns, ["ip", "link", "add", "vh", "type", "veth", "peer", "name", "vw"])
         self.ns(self.head_ns, ["ip", "link", "set", "vw", "netns", self.worker_ns])
-        self.ns(self.head_ns, ["ip", "addr", "add", f"{HEAD_ADDRESS}/24", "dev", "vh"])
+        self.ns(self.head_ns, ["ip", "link", "set", "vh", "master", "br0"])
         self.ns(self.worker_ns, ["ip", "addr", "add", f"{WORKER_ADDRESS}/24", "dev", "vw"])
         self.ns(self.head_ns, ["ip", "link", "set", "vh", "up"])
         self.ns(self.worker_ns, ["ip", "link", "set", "vw", "up"])
@@ -134,7 +150,7 @@ class NetnsCluster:
         self.s3_script("import time\nfor _ in range(100):\n    try:\n        fs.ls('/'); break\n"
                        "    except Exception:\n        time.sleep(0.2)\nfs.mkdir(BUCKET)\n", timeout_s=60)
 
-    def upload_inputs(self, rows: int, manifests: int = 8) -> dict[str, str]:
+    def upload_inputs(self, rows: int, manifests: int = 4) -> dict[str, str]:
         """The bundled samples and model into the bucket, with `rows` utterances over `manifests` manifests (several
         blocks, so parts commit while a job runs, not all at its end); their URIs."""
         lines = manifest_lines(rows)
@@ -152,7 +168,7 @@ class NetnsCluster:
         return {"manifest": f"s3://{BUCKET}/data/m*.json", "model": f"s3://{BUCKET}/models/demo_hybrid_rnnt_ctc.nemo"}
 
     def set_proxy_mode(self, mode: str) -> None:
-        """pass | flaky:<fraction> | deny-writes:<prefix> (see fault_proxy.py)."""
+        """pass | flaky:<fraction> | deny-writes:<prefix> | hold-gets:<n>:<glob> (see fault_proxy.py)."""
         self.proxy_mode_file.write_text(mode + "\n")
 
     def start_head(self) -> None:
@@ -166,10 +182,12 @@ class NetnsCluster:
     def start_worker(self) -> None:
         if self.worker_ns not in self.namespaces:
             raise RuntimeError("the worker namespace is gone")
-        self.spawn(self.worker_ns, [str(VENV_BIN / "ray"), "start", f"--address={HEAD_ADDRESS}:{GCS_PORT}",
-                                    f"--node-ip-address={WORKER_ADDRESS}", "--num-cpus=1",
-                                    "--object-store-memory=300000000", "--block"], "worker.log")
-        self.wait_for_nodes(2, timeout_s=90)
+        self.spawn(self.worker_ns, self.worker_command(), "worker.log")
+        self.wait_for_nodes(2, timeout_s=120)
+
+    def worker_command(self) -> list[str]:
+        return [str(VENV_BIN / "ray"), "start", f"--address={HEAD_ADDRESS}:{GCS_PORT}",
+                f"--node-ip-address={WORKER_ADDRESS}", "--num-cpus=1", "--object-store-memory=300000000", "--block"]
 
     def alive_nodes(self) -> list[dict]:
         script = ("import json, urllib.request\n"
@@ -177,7 +195,8 @@ class NetnsCluster:
                   f"request = urllib.request.Request('http://{HEAD_ADDRESS}:{DASHBOARD_PORT}/nodes?view=summary',"
                   " headers={'Authorization': 'Bearer ' + token})\n"
                   "data = json.load(urllib.request.urlopen(request, timeout=5))\n"
-                  "print(json.dumps([{'ip': n['raylet']['nodeManagerAddress'], 'state': n['raylet']['state']}\n"
+                  "print(json.dumps([{'ip': n['raylet']['nodeManagerAddress'], 'state': n['raylet']['state'],\n"
+                  "                   'id': n['raylet']['nodeId']}\n"
                   "                  for n in data['data']['summary']]))\n")
         result = self.ns(self.head_ns, [PYTHON, "-c", script], check=False, timeout_s=20)
         if result.returncode != 0:
@@ -269,6 +288,17 @@ class NetnsCluster:
         result = self.ray_job("logs", submission_id)
         return result.stdout + result.stderr
 
+    def actors(self) -> list[dict]:
+        """Every actor the cluster has had (alive or dead): class_name, node_id, state, job_id, ..."""
+        result = self.ns(self.head_ns, [str(VENV_BIN / "ray"), "list", "actors", "--address",
+                                        f"http://{HEAD_ADDRESS}:{DASHBOARD_PORT}", "--detail", "--format", "json",
+                                        "--limit", "10000"], timeout_s=60)
+        return json.loads(result.stdout)
+
+    def node_ids(self, ip: str) -> set[str]:
+        """Ids of the alive Ray nodes at `ip`."""
+        return {node["id"] for node in self.alive_nodes() if node["ip"] == ip}
+
     def actor_nodes(self) -> dict[str, set[str]]:
         """Node ip -> class names of every actor the cluster has had (alive or dead)."""
         result = self.ns(self.head_ns, [str(VENV_BIN / "ray"), "list", "actors", "--address",
@@ -330,9 +360,72 @@ class NetnsCluster:
         raise RuntimeError(f"processes left in {namespace}: {self.namespace_pids(namespace)}")
 
     def kill_worker_host(self) -> None:
+        """The worker host dies: every process in its namespace SIGKILLed, then the namespace (and its end of the
+        link) removed, so the head sees it go as it would a machine that lost power."""
         self.kill_namespace(self.worker_ns)
         run(["ip", "netns", "delete", self.worker_ns], check=False)
         self.namespaces.remove(self.worker_ns)
+
+    def ensure_two_hosts(self) -> None:
+        """Bring the worker host back if a test killed it (the next test starts from two hosts again)."""
+        if self.worker_ns not in self.namespaces:
+            self.restart_worker_host()
+        self.wait_for_nodes(2, timeout_s=120)
+
+    def restart_worker_host(self, timeout_s: float = 120) -> str:
+        """The worker host comes back: a new namespace with the same address, the link, and `ray start` joining
+        the head again, as a new Ray node; its node id, once the head counts it alive."""
+        known = {node["id"] for node in self.alive_nodes()}  # the dead worker may still count as alive for a while
+        self.add_namespace(self.worker_ns)
+        self.link_worker()
+        self.spawn(self.worker_ns, self.worker_command(), "worker.log")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            joined = self.node_ids(WORKER_ADDRESS) - known
+            if joined:
+                return joined.pop()
+            time.sleep(1)
+        raise RuntimeError(f"the restarted worker did not join after {timeout_s} s; logs in {self.log_dir}")
+
+    # ----- what the fault proxy saw (its log, read without entering a namespace) -----
+    def proxy_log(self) -> list[str]:
+        return (self.log_dir / "proxy.log").read_text().splitlines()
+
+    def parts_written(self, output: str) -> set[str]:
+        """Part keys under `output` that the proxy saw written successfully (PUT answered 2xx)."""
+        prefix = "/" + output.removeprefix("s3://").rstrip("/") + "/" + "part-"
+        return {line.split()[-1] for line in self.proxy_log()
+                if line.startswith("wrote ") and line.split()[-1].startswith(prefix)}
+
+    def wait_until(self, what: str, predicate, timeout_s: float, every_s: float = 0.5) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not {what} after {timeout_s} s; logs in {self.log_dir}")
+            time.sleep(every_s)
+
+    def mount_small_disk(self) -> None:
+        """A 12 KiB tmpfs at `small_disk` for the full-disk test, mounted before any host starts: `ip netns exec`
+        gives each process it starts a copy of the mount table as it is then (and mounts made later in the root
+        namespace do not reach the copies where `/` is not a shared mount, as in a container), so a tmpfs mounted
+        mid-test would be seen by the test but not by the job, which would write into the directory under it.
+        `remount,size=` changes the one filesystem every copy mounts. `small_disk_problem` says why there is none."""
+        self.small_disk.mkdir(parents=True, exist_ok=True)
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k,mode=0777", "lsc-tmpfs",
+                                  str(self.small_disk)], capture_output=True, text=True, timeout=30)
+        self.small_disk_problem = None if mounted.returncode == 0 else f"cannot mount a tmpfs: {mounted.stderr.strip()}"
+
+    def resize_small_disk(self, size: str) -> None:
+        run(["mount", "-o", f"remount,size={size}", str(self.small_disk)])
+
+    def unmount_all(self) -> None:
+        """Unmount whatever a test mounted under this cluster's temp dir (the full-disk tmpfs), also after a
+        failure; lazily, so a process still holding a file cannot keep it mounted."""
+        root = str(self.temp_root) + "/"
+        with open("/proc/self/mounts") as handle:
+            points = [line.split()[1] for line in handle if line.split()[1].startswith(root)]
+        for point in sorted(points, reverse=True):
+            run(["umount", "-l", point], check=False)
 
     def close(self, keep_logs: bool = False) -> None:
         errors = []
@@ -350,6 +443,7 @@ class NetnsCluster:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=10)
         self.processes.clear()
+        self.unmount_all()
         if keep_logs:
             shutil.rmtree(self.temp_root / "rh", ignore_errors=True)
         else:
