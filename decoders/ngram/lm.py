@@ -3,7 +3,8 @@
 
 It holds `NgramTensors` (`tensors.py`, which describes states, arcs and backoffs), made from an ARPA file by
 `compile.py` or memory-mapped from the binary file of `binary.py`; `advance` runs the Triton kernel
-(`triton.py`) or its torch twin (`tensors.advance_torch`).
+(`triton.py`) or its torch twin (`tensors.advance_torch`) on a GPU, and the compiled kernel of `compiled.py`
+on the CPU.
 
 Scores are natural logs. Dims: B batch, V labels (no blank), L sequence length, K labels queried per state.
 """
@@ -35,6 +36,7 @@ class NgramLm:
         self.max_order = tensors.max_order
         self.ngram_counts = list(ngram_counts) if ngram_counts is not None else []
         self.use_triton = use_triton
+        self._arrays = None  # numpy views for the compiled CPU advance, made on its first call
 
     # --- construction ------------------------------------------------------------------------------------
     @classmethod
@@ -78,6 +80,12 @@ class NgramLm:
             from decoders.ngram.triton import advance_triton
 
             return advance_triton(self.tensors, states)
+        if not states.is_cuda:  # compiled (`compiled.py`): the same scores as `advance_torch`, several times faster
+            from decoders.ngram.compiled import LmArrays, advance_compiled
+
+            if self._arrays is None:
+                self._arrays = LmArrays.of(self.tensors)
+            return advance_compiled(self._arrays, states)
         return advance_torch(self.tensors, states)
 
     def final_scores(self, states: Tensor) -> Tensor:

@@ -228,6 +228,26 @@ def test_cpu_scatter_equals_the_static_walk(tmp_path, order):
     assert scatter_arcs_torch(tensors, states[:0])[0].shape == (0, vocab_size)
 
 
+@pytest.mark.parametrize("order", [2, 5, 10])
+def test_compiled_cpu_advance_equals_the_static_walk(tmp_path, order):
+    """`NgramLm.advance` on the CPU (the compiled kernel of decoders/ngram/compiled.py) gives the walk's scores
+    and next states bit for bit, for every state, and for a batch in any order with repeats."""
+    from decoders.ngram.compiled import LmArrays, advance_compiled
+
+    path, vocab_size, _ = random_case(tmp_path, 13, order, drop_prefixes=0.3, vocab_size=40, ngrams_per_order=120)
+    lm = NgramLm.from_arpa(path, vocab_size)
+    tensors = lm.tensors
+    generator = torch.Generator().manual_seed(order)
+    every = torch.arange(tensors.num_states)
+    for states in (every, every[torch.randperm(len(every), generator=generator)].repeat(2), every[:1]):
+        labels = torch.arange(vocab_size).expand(states.shape[0], vocab_size)
+        walked, advanced = walk_torch(tensors, states, labels), lm.advance(states)
+        assert advanced[0].dtype == torch.float32 and advanced[1].dtype == torch.long
+        assert torch.equal(advanced[0], walked[0]) and torch.equal(advanced[1], walked[1])
+    empty = advance_compiled(LmArrays.of(tensors), every[:0])
+    assert empty[0].shape == (0, vocab_size) and empty[1].shape == (0, vocab_size)
+
+
 # --- Triton twin, binary format, gzip, devices -----------------------------------------------------------------
 def test_triton_equals_torch_under_interpreter(tmp_path):
     """Runs the kernel on the CPU in a subprocess with TRITON_INTERPRET=1 (it must be set before triton loads)."""
