@@ -10,7 +10,7 @@ LM (lower is better). The grid is the reference surface; beside its pick, each r
 job's search (`pipeline.tuning.tune`, as `jobs/lm_bias.py` runs it) picks on the same dev set, and how many dev
 decodes each needed (both count the setting without the LM). Both pick by dev WER, then CER, then the smaller
 weight and bonus; the grid always reports its best LM setting, the search falls back to no LM where its best
-does not beat no LM on dev beyond chance (`pipeline.tuning.lm_beats_baseline`: lower WER and a sign test).
+does not beat no LM on dev beyond chance (`pipeline.tuning.beats_beyond_chance`: lower WER and a sign test).
 Encoding, decoding and scoring are `pipeline/tuning.py`'s; the encoder runs once per set. "decode s" is one
 run of decoding alone on the test set, to show what the LM costs here; speed comparisons belong to beam.py,
 ctc.py and ngram.py, which interleave their runs. Also printed: the share of encoder frames that blank

@@ -1,26 +1,33 @@
-"""Per-domain LM biasing in one command: domain text in; a token LM, its weight tuned on a dev set, a WER report,
-and (with --manifest) the domain corpus transcribed with the chosen setting.
+"""Per-domain LM biasing in one command: domain text (or a phrase list, or both) in; a token LM, its weight (and the
+phrases' boost weight) tuned on a dev set, a WER report, and (with --manifest) the domain corpus transcribed with
+the chosen setting.
 
     python jobs/lm_bias.py --text samples/domain/lm_text.txt --dev samples/domain/dev.json \\
         --test samples/domain/test.json --output out/bias
+    python jobs/lm_bias.py ... --phrases contacts.txt ...   # and boost these names: the boost weight tuned too
+    python jobs/lm_bias.py --phrases contacts.txt --dev ... --output ...   # a phrase list alone, no LM
     python jobs/lm_bias.py ... --manifest 's3://bucket/domain/*.json' --output s3://bucket/bias   # and transcribe
 
 Steps:
 1. Checks before any cluster work: the text files exist and hold lines the model's tokenizer can encode, the
-   dev (and test) manifests hold references (`text`) and readable rows, the model can run the strategies asked.
-2. The text is normalised as the model's training text was (`pipeline/lm_text.py`: case, numbers spelled out,
-   punctuation the tokenizer lacks removed), and a token n-gram LM is built from it with `jobs/build_lm.py`: each
-   order of --orders is built on 9 lines in 10 and scored on the 10th; the order with the lowest held-out
-   perplexity is rebuilt on every line. Written to OUTPUT/lm/domain.lm with lm.json (how it was made).
+   phrase list's every line is a phrase the tokenizer can write (`jobs/transcribe.py::phrase_list_problem`, as
+   `jobs/transcribe.py --phrases` checks it), the dev (and test) manifests hold references (`text`) and readable
+   rows, the model can run the strategies asked.
+2. With --text, the text is normalised as the model's training text was (`pipeline/lm_text.py`: case, numbers
+   spelled out, punctuation the tokenizer lacks removed), and a token n-gram LM is built from it with
+   `jobs/build_lm.py`: each order of --orders is built on 9 lines in 10 and scored on the 10th; the order with the
+   lowest held-out perplexity is rebuilt on every line. Written to OUTPUT/lm/domain.lm with lm.json (how it was made).
 3. Each strategy of --strategies (default: greedy, alsd, ctc_greedy and ctc_beam where the model has the head),
    each beam search at each of --beam-sizes (default 4), is tuned in its own Ray task (`pipeline/tuning.py`):
    the dev set is encoded once and decoded once per LM weight (and CTC beam insertion bonus) tried; the test
-   set, if given, is decoded with the strategy's baseline and chosen setting. Trials are kept in
-   OUTPUT/tuning/, so a rerun decodes only what it had not.
+   set, if given, is decoded with the strategy's baseline and chosen setting. With --phrases, the boost weight
+   is searched next, at the LM setting chosen (`pipeline/tuning.py::BOOST_WEIGHTS`; without --text, alone).
+   Trials are kept in OUTPUT/tuning/, so a rerun decodes only what it had not.
 4. The strategy with the lowest tuned dev WER (ties: the first in --strategies) is chosen; where no LM setting
-   beats the same strategy without it on dev, the job says so and that strategy runs without the LM.
+   beats the same strategy without it on dev, the job says so and that strategy runs without the LM; where no
+   boost weight beats the LM setting without boosting, it runs without the phrases.
    OUTPUT/decoding.yaml holds the choice, as `jobs/transcribe.py --config` reads it; OUTPUT/report.md,
-   report.json and dev_wer.png report every strategy.
+   report.json, dev_wer.png (LM weight) and dev_wer_boost.png (boost weight) report every strategy.
 5. With --manifest, the corpus is transcribed with the choice into OUTPUT/transcripts/ (exactly once, as
    `jobs/transcribe.py` writes it; a rerun finishes what is missing).
 
@@ -115,7 +122,30 @@ def chosen_strategies(model_path: str, asked: list[str] | None) -> list[str]:
     return list(dict.fromkeys(asked))
 
 
-# ------------------------------------------------------------------------------------------------- output
+def checked_phrases(uri: str, model_path: str, strategies: list[str], cache_dir: str) -> dict[str, Any]:
+    """The phrase list at `uri`, fetched and checked as `jobs/transcribe.py --phrases` checks it, for the head of
+    each strategy: {"uri", "sha256", "phrases"}; a bad line is a `BiasError` naming the file and line."""
+    from decoders.boosting import read_phrase_list
+    from jobs.transcribe import phrase_list_problem
+    from pipeline.fetch import fetch_file, file_sha256
+    from pipeline.nemo_file import read_model_facts
+
+    try:
+        path = str(fetch_file(uri, cache_dir=f"{cache_dir}/phrases", suffix=".txt"))
+    except FileNotFoundError:
+        raise BiasError(f"--phrases {uri}: no such file (a phrase list: one phrase a line)") from None
+    except OSError as error:
+        raise BiasError(f"--phrases {uri}: cannot read it ({type(error).__name__}: {error})") from None
+    facts = read_model_facts(model_path)
+    heads = {}
+    for name in strategies:  # the tokens are checked against each head decoded (a hybrid's heads may differ)
+        plan = plan_decoding(facts, DecodingConfig(strategy=name), model_name=model_path)
+        heads.setdefault(plan.head, plan)
+    for plan in heads.values():
+        problem = phrase_list_problem(path, model_path, plan, name=uri)
+        if problem:
+            raise BiasError(f"--phrases {problem}")
+    return {"uri": uri, "sha256": file_sha256(Path(path)), "phrases": len(read_phrase_list(path, uri))}
 
 
 # ---------------------------------------------------------------------------------------------------- LM
@@ -155,25 +185,35 @@ def _file_sha256(path: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ tuning
-def tune_strategy(strategy: str, beam_size: int, model_uri: str, lm_uri: str, cache_dir: str, dev_rows: list[dict],
-                  test_rows: list[dict] | None, output_uri: str, identity: dict[str, Any], threads: int,
-                  limits: InputConfig) -> dict[str, Any]:
+def tune_strategy(strategy: str, beam_size: int, model_uri: str, lm_uri: str | None, cache_dir: str,
+                  dev_rows: list[dict], test_rows: list[dict] | None, output_uri: str, identity: dict[str, Any],
+                  threads: int, limits: InputConfig, phrases_uri: str | None = None) -> dict[str, Any]:
     """One strategy, in one process (a Ray task on any node): encode dev (and test) once, tune on dev, report
-    test. The model and the LM are fetched through the node's cache."""
+    test. The model, the LM and the phrase list are fetched through the node's cache; the phrases are tokenized
+    once."""
     import torch
 
     from decoders.ngram.lm import NgramLm
     from pipeline import schema
     from pipeline.audio import load_audio
+    from pipeline.decoding import load_boosting_model
     from pipeline.fetch import fetch_file
     from pipeline.nemo_model import load_asr_model
-    from pipeline.tuning import TrialCache, encode_set, score, transcribe_set, tune
+    from pipeline.tuning import BOOST_WEIGHTS, TrialCache, encode_set, score, transcribe_set, tune
 
     torch.set_num_threads(threads)
     output = Folder(output_uri)
     model = load_asr_model(model_uri, cache_dir=f"{cache_dir}/models")
-    lm_path = str(fetch_file(lm_uri, cache_dir=f"{cache_dir}/lms", suffix=".lm"))
-    lm = NgramLm.load(lm_path)
+    lm_path = str(fetch_file(lm_uri, cache_dir=f"{cache_dir}/lms", suffix=".lm")) if lm_uri else None
+    lm = NgramLm.load(lm_path) if lm_path else None
+    # the beam size only where the strategy reads it: the chosen config is then what transcribe.py's flags give
+    base = DecodingConfig(strategy=strategy, beam_size=beam_size if STRATEGIES[strategy].beam else
+                          DecodingConfig().beam_size)
+    boosting = phrases_path = None
+    if phrases_uri:
+        phrases_path = str(fetch_file(phrases_uri, cache_dir=f"{cache_dir}/phrases", suffix=".txt"))
+        boosting = load_boosting_model(plan_decoding(model.facts, dataclasses.replace(
+            base, phrases_uri=phrases_uri, boost_weight=1.0)), model, cache_dir)
     rate = model.facts.sample_rate
 
     def encoded(rows: list[dict]):
@@ -184,40 +224,49 @@ def tune_strategy(strategy: str, beam_size: int, model_uri: str, lm_uri: str, ca
     started = time.perf_counter()
     dev = encoded(dev_rows)
     encode_s = time.perf_counter() - started
-    base = DecodingConfig(strategy=strategy, beam_size=beam_size)
 
-    def with_setting(weight: float, bonus: float | None) -> DecodingConfig:
+    def with_setting(weight: float, bonus: float | None, boost: float) -> DecodingConfig:
         return dataclasses.replace(base, lm_uri=lm_path if weight else None, lm_weight=weight,
-                                   ctc_insertion_bonus=base.ctc_insertion_bonus if bonus is None else bonus)
+                                   ctc_insertion_bonus=base.ctc_insertion_bonus if bonus is None else bonus,
+                                   phrases_uri=phrases_path if boost else None, boost_weight=boost or base.boost_weight)
 
-    def evaluate(weight: float, bonus: float | None):
-        return score(dev.references, transcribe_set(model, with_setting(weight, bonus), lm, dev))
+    def evaluate(weight: float, bonus: float | None, boost: float = 0.0):
+        return score(dev.references, transcribe_set(model, with_setting(weight, bonus, boost), lm, dev, boosting))
 
     plan = plan_decoding(model.facts, base)
     name = candidate_name(strategy, beam_size if plan.strategy.beam else None)
 
     def progress(trial) -> None:
-        print(f"lm_bias: {name} lm_weight {trial.key}: dev WER {trial.wer:.1%} ({trial.decode_s:.1f} s)",
-              flush=True)
+        print(f"lm_bias: {name} {setting_text(_trial_dict(trial), bool(phrases_uri))}: dev WER {trial.wer:.1%} "
+              f"({trial.decode_s:.1f} s)", flush=True)
 
     steps = f"{name.replace(' ', '-')}.json"
     cache = TrialCache({**identity, "strategy": strategy, "beam_size": beam_size},
                        output.read(f"{TUNING_DIR}/{steps}"), lambda text: output.write(f"{TUNING_DIR}/{steps}", text))
-    result = tune(base, evaluate, cache, progress)
+    result = tune(base, evaluate, cache, progress, lm=lm is not None,
+                  boost_weights=BOOST_WEIGHTS if boosting is not None else ())
     report: dict[str, Any] = {
         "name": name, "strategy": strategy, "beam_size": beam_size if plan.strategy.beam else None,
-        "head": plan.head, "lm_helps": result.lm_helps,
-        "baseline": _trial_dict(result.baseline), "best": _trial_dict(result.best),
-        "trials": [_trial_dict(t) for t in result.trials],
+        "head": plan.head, "lm_helps": result.lm_helps, "boost_helps": result.boost_helps,
+        "decoding": dataclasses.asdict(result.chosen(base, lm_uri, phrases_uri)),
+        "baseline": _trial_dict(result.baseline), "unboosted": _trial_dict(result.unboosted),
+        "best": _trial_dict(result.best), "trials": [_trial_dict(t) for t in result.trials],
         "decodes": result.decodes,
         "reused": result.reused, "dev_encode_s": round(encode_s, 2), "dev_audio_s": round(dev.audio_s, 2)}
     if test_rows:
         test = encoded(test_rows)
-        for name, trial in (("test_baseline", result.baseline), ("test_best", result.best)):
-            clock = time.perf_counter()
-            measured = score(test.references,
-                             transcribe_set(model, with_setting(trial.lm_weight, trial.bonus), lm, test))
-            report[name] = {"wer": measured.wer, "cer": measured.cer, "decode_s": round(time.perf_counter() - clock, 3)}
+        measured_by_key: dict[str, dict[str, float]] = {}
+        compared = [("test_baseline", result.baseline), ("test_best", result.best)]
+        if phrases_uri:
+            compared.insert(1, ("test_unboosted", result.unboosted))
+        for key, trial in compared:
+            if trial.key not in measured_by_key:
+                clock = time.perf_counter()
+                measured = score(test.references, transcribe_set(
+                    model, with_setting(trial.lm_weight, trial.bonus, trial.boost_weight), lm, test, boosting))
+                measured_by_key[trial.key] = {"wer": measured.wer, "cer": measured.cer,
+                                              "decode_s": round(time.perf_counter() - clock, 3)}
+            report[key] = measured_by_key[trial.key]
     return report
 
 
@@ -261,58 +310,85 @@ def choose(results: list[dict[str, Any]]) -> dict[str, Any]:
     return min(results, key=lambda r: (r["best"]["wer"], r["best"]["cer"]))
 
 
-def decoding_of(result: dict[str, Any], lm_uri: str) -> DecodingConfig:
-    best = result["best"]
-    base = DecodingConfig(strategy=result["strategy"],
-                          beam_size=result["beam_size"] or DecodingConfig().beam_size)
-    if not result["lm_helps"]:
-        return base
-    return dataclasses.replace(base, lm_uri=lm_uri, lm_weight=best["lm_weight"],
-                               ctc_insertion_bonus=best["bonus"] if best["bonus"] is not None else 0.0)
+def setting_text(trial: dict[str, Any], phrases: bool = False) -> str:
+    """"LM weight 1.5, insertion bonus 6" or "no LM"; with `phrases`, and ", boost weight 0.5" or ", no boosting"."""
+    text = "no LM"
+    if trial["lm_weight"]:
+        bonus = f", insertion bonus {trial['bonus']:g}" if trial["bonus"] is not None else ""
+        text = f"LM weight {trial['lm_weight']:g}{bonus}"
+    if not phrases:
+        return text
+    boost = trial.get("boost_weight", 0.0)
+    return f"{text}, " + (f"boost weight {boost:g}" if boost else "no boosting")
 
 
-def setting_text(trial: dict[str, Any]) -> str:
-    if not trial["lm_weight"]:
-        return "no LM"
-    bonus = f", insertion bonus {trial['bonus']:g}" if trial["bonus"] is not None else ""
-    return f"LM weight {trial['lm_weight']:g}{bonus}"
+def _wer_of(result: dict[str, Any], key: str) -> str:
+    return f"{result[key]['wer']:.1%}" if key in result else "-"
+
+
+def table_columns(lm: bool, phrases: bool) -> list[tuple[str, Any]]:
+    """The report table's (header, cell of a strategy's result): with an LM and phrases, the LM setting chosen
+    without boosting is a column of its own; with phrases alone, the baseline is "no boost"."""
+    plain = "no LM" if lm else "no boost"
+    both = lm and phrases
+    columns = [("strategy", lambda r: r["name"]), ("head", lambda r: r["head"]),
+               (f"dev WER {plain}", lambda r: f"{r['baseline']['wer']:.1%}")]
+    columns += [("dev WER no boost", lambda r: f"{r['unboosted']['wer']:.1%}")] if both else []
+    columns += [("dev WER tuned", lambda r: f"{r['best']['wer']:.1%}"),
+                ("dev CER tuned", lambda r: f"{r['best']['cer']:.1%}")]
+    columns += [("setting chosen on dev", lambda r: setting_text(r["best"]))] if lm else []
+    columns += [("boost weight chosen on dev", lambda r: f"{r['best']['boost_weight']:g}")] if phrases else []
+    columns += [(f"test WER {plain}", lambda r: _wer_of(r, "test_baseline"))]
+    columns += [("test WER no boost", lambda r: _wer_of(r, "test_unboosted"))] if both else []
+    columns += [("test WER tuned", lambda r: _wer_of(r, "test_best")),
+                ("test CER tuned", lambda r: f"{r['test_best']['cer']:.1%}" if "test_best" in r else "-"),
+                ("decodes (reused)", lambda r: f"{r['decodes']} ({r['reused']})"),
+                ("dev decode s", lambda r: f"{r['best']['decode_s']:.1f}")]
+    return columns
 
 
 def report_markdown(report: dict[str, Any]) -> str:
-    lm = report["lm"]
-    lines = [
-        "# LM biasing report", "",
-        f"Model `{report['model']}`; domain text {', '.join(f'`{t}`' for t in report['text'])}: "
-        f"{lm['sentences']} sentences after normalisation ({report['normalisation']}; "
-        f"{report['unencodable_lines']} lines dropped: characters the tokenizer lacks).", "",
-        f"LM: order {lm['order']} (held-out perplexity per token by order: "
-        + ", ".join(f"{o}: {p:.2f}" for o, p in lm["heldout_perplexity_by_order"].items())
-        + f"), {sum(lm['ngram_counts'])} n-grams, `{report['lm_uri']}`.", "",
+    lm, phrases = report["lm"], report.get("phrases")
+    lines = ["# LM biasing report", ""]
+    if lm:
+        lines += [
+            f"Model `{report['model']}`; domain text {', '.join(f'`{t}`' for t in report['text'])}: "
+            f"{lm['sentences']} sentences after normalisation ({report['normalisation']}; "
+            f"{report['unencodable_lines']} lines dropped: characters the tokenizer lacks).", "",
+            f"LM: order {lm['order']} (held-out perplexity per token by order: "
+            + ", ".join(f"{o}: {p:.2f}" for o, p in lm["heldout_perplexity_by_order"].items())
+            + f"), {sum(lm['ngram_counts'])} n-grams, `{report['lm_uri']}`.", ""]
+    else:
+        lines += [f"Model `{report['model']}`; no domain text: the phrase list alone, no LM.", ""]
+    if phrases:
+        lines += [f"Phrases: `{phrases['uri']}`, {phrases['phrases']} phrases; boost weights tried on dev at each "
+                  "strategy's " + ("chosen LM setting" if lm else "baseline") + ": 0 (no boosting), "
+                  + ", ".join(f"{w:g}" for w in phrases["boost_weights"])
+                  + (" (then the LM weight once more either side of the best boost weight)" if lm else "") + ".", ""]
+    lines += [
         f"Tuned on `{report['dev']}` ({report['dev_utterances']} utterances)"
         + (f", reported on `{report['test']}` ({report['test_utterances']} utterances, never tuned on)."
-           if report.get("test") else "."), "",
-        "| strategy | head | dev WER no LM | dev WER tuned | dev CER tuned | setting chosen on dev | test WER no LM "
-        "| test WER tuned | test CER tuned | decodes (reused) | dev decode s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for r in report["strategies"]:
-        test_base = f"{r['test_baseline']['wer']:.1%}" if "test_baseline" in r else "-"
-        test_best = f"{r['test_best']['wer']:.1%}" if "test_best" in r else "-"
-        test_cer = f"{r['test_best']['cer']:.1%}" if "test_best" in r else "-"
-        lines.append(
-            f"| {r['name']} | {r['head']} | {r['baseline']['wer']:.1%} | {r['best']['wer']:.1%} | "
-            f"{r['best']['cer']:.1%} | {setting_text(r['best'])} | {test_base} | {test_best} | {test_cer} | "
-            f"{r['decodes']} ({r['reused']}) | {r['best']['decode_s']:.1f} |")
+           if report.get("test") else "."), ""]
+    columns = table_columns(bool(lm), bool(phrases))
+    lines += ["| " + " | ".join(header for header, _ in columns) + " |",
+              "| " + " | ".join("---" for _ in columns) + " |"]
+    lines += ["| " + " | ".join(cell(r) for _, cell in columns) + " |" for r in report["strategies"]]
     chosen = report["chosen"]
-    lines += ["", f"**Chosen: {chosen['name']}, {setting_text(chosen['best'])}** "
+    lines += ["", f"**Chosen: {chosen['name']}, {setting_text(chosen['best'], bool(phrases))}** "
               f"(dev WER {chosen['best']['wer']:.1%}). `jobs/transcribe.py --config {report['decoding_yaml']}` "
               "transcribes with it."]
-    if not chosen["lm_helps"]:
+    if lm and not chosen["lm_helps"]:
         lines += ["", "No LM setting beat decoding without the LM on dev beyond chance (a lower WER, and more "
                   "utterances improved than made worse, sign test p < 0.05): the LM is not used. The domain text "
                   "may not match the dev set's speech."]
+    if phrases and not chosen["boost_helps"]:
+        lines += ["", "No boost weight beat decoding without boosting on dev beyond chance (a lower WER, and more "
+                  "utterances improved than made worse, sign test p < 0.05): the phrase list is not used. Its "
+                  "phrases may be rare in the dev set's speech."]
     if report.get("plot"):
         lines += ["", f"![dev WER against the LM weight]({report['plot']})"]
+    if report.get("boost_plot"):
+        lines += ["", f"![dev WER against the boost weight]({report['boost_plot']})"]
     if report.get("transcripts"):
         t = report["transcripts"]
         lines += ["", f"Corpus: {t['rows_ok']} transcripts, {t['rows_error']} error rows -> `{t['output']}`."]
@@ -322,23 +398,41 @@ def report_markdown(report: dict[str, Any]) -> str:
 
 
 def plot_dev_wer(report: dict[str, Any]) -> bytes:
-    """PNG: dev WER against the LM weight per strategy (CTC beam at its chosen insertion bonus)."""
+    """PNG: dev WER against the LM weight per strategy, without boosting (CTC beam at its chosen insertion bonus)."""
     from pipeline.plots import new_plot, png
 
     figure, axes = new_plot()
     for r in report["strategies"]:
-        bonus = r["best"]["bonus"]
-        points = sorted((t["lm_weight"], t["wer"]) for t in r["trials"]
-                        if t["lm_weight"] == 0 or bonus is None or t["bonus"] == bonus)
+        bonus = r["unboosted"]["bonus"]
+        points = sorted((t["lm_weight"], t["wer"]) for t in r["trials"] if not t["boost_weight"]
+                        and (t["lm_weight"] == 0 or bonus is None or t["bonus"] == bonus))
         label = r["name"] + (f" (bonus {bonus:g})" if bonus is not None else "")
         axes.plot([p[0] for p in points], [100 * p[1] for p in points], marker="o", label=label)
     return png(figure, axes, "LM weight (0: no LM)", "dev WER, %", "Dev WER against the LM weight")
 
 
+def plot_dev_wer_boost(report: dict[str, Any]) -> bytes:
+    """PNG: dev WER against the boost weight per strategy, at the LM setting chosen without boosting."""
+    from pipeline.plots import new_plot, png
+
+    figure, axes = new_plot()
+    for r in report["strategies"]:
+        at = r["unboosted"]
+        points = sorted((t["boost_weight"], t["wer"]) for t in r["trials"]
+                        if (t["lm_weight"], t["bonus"]) == (at["lm_weight"], at["bonus"]))
+        label = r["name"] + (f" ({setting_text(at)})" if at["lm_weight"] else "")
+        axes.plot([p[0] for p in points], [100 * p[1] for p in points], marker="o", label=label)
+    return png(figure, axes, "boost weight (0: no boosting)", "dev WER, %", "Dev WER against the boost weight")
+
+
 # ---------------------------------------------------------------------------------------------------- main
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--text", nargs="+", required=True, help="domain text files or URIs, one sentence a line")
+    p.add_argument("--text", nargs="+", help="domain text files or URIs, one sentence a line (an LM is built from "
+                                              "them; optional with --phrases)")
+    p.add_argument("--phrases", metavar="FILE_OR_URI",
+                   help="phrases to boost (names, products), one a line, `phrase<TAB>weight` for a phrase's own score "
+                        "(as jobs/transcribe.py --phrases): the boost weight is tuned on dev too")
     p.add_argument("--dev", required=True, help="manifest with reference `text`, to tune on")
     p.add_argument("--test", help="manifest with reference `text`, reported, never tuned on")
     p.add_argument("--manifest", nargs="*", default=(), help="the domain corpus to transcribe with the choice")
@@ -367,16 +461,25 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace, started: float) -> int:
     from pipeline.fetch import fetch_file
 
+    if not args.text and not args.phrases:
+        raise BiasError("nothing to bias with: pass --text (domain text, one sentence a line) or --phrases (a phrase "
+                        "list, one a line), or both")
     if "://" not in args.model and not Path(args.model).is_file():
         raise BiasError(f"no model at {args.model}: pass --model PATH_OR_URI (a NeMo .nemo file)")
     model_path = str(fetch_file(args.model, cache_dir=f"{args.cache_dir}/models"))
     strategies = chosen_strategies(model_path, args.strategies)
-    normaliser = TextNormaliser.for_model(model_path)
-    text = normaliser.normalise((uri, read_text(uri)) for uri in args.text)
-    try:
-        check(text, list(args.text))
-    except ValueError as error:
-        raise BiasError(str(error)) from None
+    text = normaliser = None
+    if args.text:
+        normaliser = TextNormaliser.for_model(model_path)
+        text = normaliser.normalise((uri, read_text(uri)) for uri in args.text)
+        try:
+            check(text, list(args.text))
+        except ValueError as error:
+            raise BiasError(str(error)) from None
+    phrases = checked_phrases(args.phrases, model_path, strategies, args.cache_dir) if args.phrases else None
+    phrases_uri = args.phrases
+    if phrases_uri and "://" not in phrases_uri:  # read alike by every task, actor and decoding.yaml, wherever they run
+        phrases_uri = str(Path(phrases_uri).resolve())
     dev_rows = reference_rows(args.dev, "--dev")
     test_rows = reference_rows(args.test, "--test") if args.test else None
     if args.manifest:
@@ -387,40 +490,58 @@ def run(args: argparse.Namespace, started: float) -> int:
         except FileNotFoundError as error:
             raise BiasError(f"--manifest: {error}") from None
     output = Folder(args.output)
-    print(f"lm_bias: {text.read} lines of domain text ({normaliser.describe()}; {text.unencodable} dropped), "
-          f"dev {len(dev_rows)}" + (f", test {len(test_rows)}" if test_rows else "")
+    print("lm_bias: " + (f"{text.read} lines of domain text ({normaliser.describe()}; {text.unencodable} dropped), "
+                         if text else "")
+          + (f"{phrases['phrases']} phrases, " if phrases else "")
+          + f"dev {len(dev_rows)}" + (f", test {len(test_rows)}" if test_rows else "")
           + f" utterances; strategies {', '.join(strategies)}", flush=True)
 
-    lm = build_domain_lm(text.lines, model_path, output, tuple(args.orders))
+    lm = lm_uri = None
+    if text:
+        lm = build_domain_lm(text.lines, model_path, output, tuple(args.orders))
+        print(f"lm_bias: LM order {lm['order']} ({'reused' if lm['reused'] else 'built'}): held-out perplexity "
+              + ", ".join(f"order {o}: {p:.2f}" for o, p in lm["heldout_perplexity_by_order"].items()), flush=True)
+        lm_uri = output.uri_of(f"{LM_DIR}/domain.lm")
     lm_s = time.perf_counter() - started
-    print(f"lm_bias: LM order {lm['order']} ({'reused' if lm['reused'] else 'built'}): held-out perplexity "
-          + ", ".join(f"order {o}: {p:.2f}" for o, p in lm["heldout_perplexity_by_order"].items()), flush=True)
-    lm_uri = output.uri_of(f"{LM_DIR}/domain.lm")
 
     connect_ray(args.ray_address)
-    identity = {"lm_identity": lm["identity"], "lm_order": lm["order"], "model_sha256": _file_sha256(model_path),
+    identity = {"lm_identity": lm["identity"] if lm else None, "lm_order": lm["order"] if lm else None,
+                "model_sha256": _file_sha256(model_path),
                 "dev": [(r["audio_filepath"], r["offset"], r["duration"], r["reference_text"]) for r in dev_rows]}
+    if phrases:  # only then: trials stored before --phrases existed keep their identity, and are reused
+        identity["phrases_sha256"] = phrases["sha256"]
     tuning_started = time.perf_counter()
     results = run_tuning(candidates(strategies, args.beam_sizes), model_uri=args.model, lm_uri=lm_uri,
                          cache_dir=args.cache_dir, dev_rows=dev_rows, test_rows=test_rows,
-                         output_uri=output.uri, identity=identity, threads=args.threads, limits=InputConfig())
+                         output_uri=output.uri, identity=identity, threads=args.threads, limits=InputConfig(),
+                         phrases_uri=phrases_uri)
     tuning_s = time.perf_counter() - tuning_started
     chosen = choose(results)
-    decoding = decoding_of(chosen, lm_uri)
+    decoding = DecodingConfig(**chosen["decoding"])
     import yaml
+
+    from pipeline.tuning import BOOST_WEIGHTS
 
     output.write("decoding.yaml", yaml.safe_dump({"model": {"uri": args.model},
                                                   "decoding": dataclasses.asdict(decoding)}, sort_keys=False))
     report: dict[str, Any] = {
-        "model": args.model, "text": list(args.text), "normalisation": normaliser.describe(),
-        "unencodable_lines": text.unencodable, "lm": lm, "lm_uri": lm_uri, "dev": args.dev,
+        "model": args.model, "text": list(args.text or ()), "normalisation": normaliser and normaliser.describe(),
+        "unencodable_lines": text and text.unencodable, "lm": lm, "lm_uri": lm_uri,
+        "phrases": phrases and {**phrases, "boost_weights": list(BOOST_WEIGHTS)}, "dev": args.dev,
         "dev_utterances": len(dev_rows), "test": args.test, "test_utterances": len(test_rows or []),
         "strategies": results, "chosen": chosen, "decoding": dataclasses.asdict(decoding),
-        "decoding_yaml": output.uri_of("decoding.yaml"), "plot": "dev_wer.png", "lm_s": lm_s, "tuning_s": tuning_s}
-    output.write("dev_wer.png", plot_dev_wer(report))
-    if not chosen["lm_helps"]:
-        print(f"lm_bias: no LM setting beat {chosen['name']} without the LM on dev beyond chance: the LM is "
-              "not used", flush=True)
+        "decoding_yaml": output.uri_of("decoding.yaml"), "plot": "dev_wer.png" if lm else None,
+        "boost_plot": "dev_wer_boost.png" if phrases else None, "lm_s": lm_s, "tuning_s": tuning_s}
+    if lm:
+        output.write("dev_wer.png", plot_dev_wer(report))
+        if not chosen["lm_helps"]:
+            print(f"lm_bias: no LM setting beat {chosen['name']} without the LM on dev beyond chance: the LM is "
+                  "not used", flush=True)
+    if phrases:
+        output.write("dev_wer_boost.png", plot_dev_wer_boost(report))
+        if not chosen["boost_helps"]:
+            print(f"lm_bias: no boost weight beat {chosen['name']} without boosting on dev beyond chance: the phrase "
+                  "list is not used", flush=True)
     if args.manifest:
         from pipeline.graph import run_transcription
 

@@ -34,6 +34,7 @@ from pipeline.config import (  # noqa: E402
 from pipeline.decoding import (  # noqa: E402
     STRATEGIES,
     DecodingError,
+    DecodingPlan,
     advice,
     describe,
     lm_problem,
@@ -244,15 +245,12 @@ def check_before_starting(config: TranscribeJobConfig) -> None:
                          "`python jobs/build_lm.py`, or an ARPA file)")
     phrases_uri = config.decoding.phrases_uri
     if phrases_uri and "://" not in phrases_uri:  # its lines are checked here; its tokens below, with a local model
-        from decoders.boosting import PhraseListError, read_phrase_list
-
         if not Path(phrases_uri).is_file():
             raise SystemExit(f"loopscribe: no phrase list at {phrases_uri}: pass --phrases PATH_OR_URI (one phrase a "
                              "line)")
-        try:
-            read_phrase_list(phrases_uri)
-        except PhraseListError as error:
-            raise SystemExit(f"loopscribe: --phrases {error}") from None
+        problem = phrase_list_problem(phrases_uri)
+        if problem:
+            raise SystemExit(f"loopscribe: --phrases {problem}")
     if "://" in model_uri:
         return
     from pipeline.chunks import check_attention
@@ -280,17 +278,34 @@ def check_before_starting(config: TranscribeJobConfig) -> None:
         if problem:
             raise SystemExit(f"loopscribe: --lm {problem}")
     if plan.boosts and "://" not in phrases_uri:
-        from decoders.boosting import PhraseListError
-        from pipeline.decoding import boosting_from_phrase_file
+        problem = phrase_list_problem(phrases_uri, model_uri, plan)
+        if problem:
+            raise SystemExit(f"loopscribe: --phrases {problem}")
 
-        try:
-            layout = read_model_layout(model_uri)
-        except LayoutUnavailable:
-            return  # tokenized once the model is loaded
-        try:
-            boosting_from_phrase_file(phrases_uri, layout.tokenizer.processor, plan.lm_vocab_size(layout))
-        except (PhraseListError, ValueError) as error:
-            raise SystemExit(f"loopscribe: --phrases {error}") from None
+
+def phrase_list_problem(path: str, model_path: str | None = None, plan: DecodingPlan | None = None,
+                        name: str | None = None) -> str | None:
+    """Why the phrase list at a local `path` cannot be boosted (None: it can), read before any actor starts: its
+    lines (an empty phrase, a malformed weight, not UTF-8), and, given a local model and its plan, each phrase's
+    tokens (characters the tokenizer cannot write). Each message names the file (`name`, else `path`) and line.
+    Used by this job and `jobs/lm_bias.py`."""
+    from decoders.boosting import PhraseListError, read_phrase_list
+    from pipeline.decoding import boosting_from_phrase_file
+    from pipeline.nemo_file import LayoutUnavailable, read_model_layout
+
+    try:
+        if model_path is not None and plan is not None:
+            try:
+                layout = read_model_layout(model_path)
+            except LayoutUnavailable:
+                layout = None  # tokenized once the model is loaded
+            if layout is not None:
+                boosting_from_phrase_file(path, layout.tokenizer.processor, plan.lm_vocab_size(layout), name=name)
+                return None
+        read_phrase_list(path, name)
+    except (PhraseListError, ValueError) as error:
+        return str(error)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""Choosing an LM weight (and CTC beam search's insertion bonus) on a dev set: encode once, decode many times.
+"""Choosing an LM weight (and CTC beam search's insertion bonus, and a phrase list's boost weight) on a dev set:
+encode once, decode many times.
 
 The encoder does not depend on the LM, so a dev set is encoded once (`encode_set`) and each setting tried costs
 one decode of the encoder output (`transcribe_set`). The search (`tune`) needs few decodes: a coarse grid of LM
@@ -8,8 +9,14 @@ bonus, then steps along the ridge where a larger weight wants a larger bonus (to
 which the bonus pays back) while they improve. Each result is kept in a `TrialCache`, so a rerun decodes only
 settings not yet tried. Among LM settings the lowest dev WER wins (ties: the lower CER, then the smaller weight,
 then the smaller bonus); it is chosen over decoding without the LM only where it is better beyond chance
-(`lm_beats_baseline`: a lower WER, and a one-sided sign test over utterances at p < 0.05), as a tuned weight
+(`beats_beyond_chance`: a lower WER, and a one-sided sign test over utterances at p < 0.05), as a tuned weight
 finds some setting a word better on any small dev set, even for an LM of unrelated text.
+
+Phrase boosting (`boost_weights`), searched after the LM, coordinate-wise: the boost weights of the grid at the LM
+setting chosen above (no LM where there is none, or where it did not win), then, where an LM is used and a boost
+weight did better, the LM weight once more a step either side at that boost weight (boosting the names takes over
+part of what the LM weight was doing). No boosting (weight 0: the LM setting itself) stays a candidate, and
+boosting is chosen over it only by the same rule: a lower WER, beyond chance.
 
 Used by `jobs/lm_bias.py` and `benchmarks/accuracy.py`. Scoring is jiwer's WER and CER on the texts as
 decoded.
@@ -30,6 +37,10 @@ from torch import Tensor
 from pipeline.decoding import STRATEGIES, DecodingConfig, decode_in_process, plan_decoding
 
 COARSE_WEIGHTS = (0.25, 0.5, 1.0, 1.5, 2.0)
+# boost weights: the picks of benchmarks/boosting.py on the bundled domain set were 0.25-0.75 by strategy, and greedy
+# fell apart past 1 (docs/benchmarks.md "Phrase boosting"); 0, no boosting, is the LM setting itself
+BOOST_WEIGHTS = (0.25, 0.5, 0.75, 1.0, 1.5)
+RECHECK_LM_STEP = 1.25  # where a boost weight beat none: the LM weight tried again, multiplied and divided by this
 WIDER_WEIGHTS = (3.0, 4.0)  # tried in turn while the best weight is the largest tried
 BONUSES = (0.0, 2.0, 4.0, 6.0)  # CTC beam search's insertion bonus, per label
 START_BONUS = 2.0  # the bonus the weight grid is searched with first
@@ -65,9 +76,11 @@ def encode_set(model, waveforms: Sequence, references: Sequence[str], batch_size
 
 
 @torch.no_grad()
-def transcribe_set(model, decoding: DecodingConfig, lm, encoded: EncodedSet) -> list[str]:
-    """The texts that `decoding` (with `lm` where it fuses one) gives for every row of `encoded`."""
-    decode = decode_in_process(model, plan_decoding(model.facts, decoding), lm)
+def transcribe_set(model, decoding: DecodingConfig, lm, encoded: EncodedSet, boosting=None) -> list[str]:
+    """The texts that `decoding` (with `lm` and the boosting tree `boosting` where it fuses them) gives for every
+    row of `encoded`."""
+    plan = plan_decoding(model.facts, decoding)
+    decode = decode_in_process(model, plan, plan.fusion_model(lm, boosting))
     texts = [""] * len(encoded.references)
     for output, lengths, rows in encoded.batches:
         for row, hypothesis in zip(rows, decode(output, lengths)):
@@ -84,7 +97,7 @@ class Score:
 
 def score(references: Sequence[str], hypotheses: Sequence[str]) -> Score:
     """WER and CER of the hypotheses against the references over the whole set, and each utterance's word
-    errors (for the sign test of `lm_beats_baseline`)."""
+    errors (for the sign test of `beats_beyond_chance`)."""
     import jiwer
 
     words = jiwer.process_words(list(references), list(hypotheses))
@@ -115,14 +128,18 @@ class Trial:
     cer: float
     decode_s: float
     errors: tuple[int, ...] = ()  # word errors of each dev utterance
+    boost_weight: float = 0.0  # 0: no phrase boosting (trials stored before boosting was tuned hold none)
 
     @property
     def key(self) -> str:
-        return setting_key(self.lm_weight, self.bonus)
+        return setting_key(self.lm_weight, self.bonus, self.boost_weight)
 
 
-def setting_key(lm_weight: float, bonus: float | None) -> str:
-    return f"{lm_weight:g}" + (f"/{bonus:g}" if bonus is not None else "")
+def setting_key(lm_weight: float, bonus: float | None, boost_weight: float = 0.0) -> str:
+    """"LM weight[/bonus][ boost B]": without boosting, the key that trials had before boost weights were tuned,
+    which is what they measured."""
+    return (f"{lm_weight:g}" + (f"/{bonus:g}" if bonus is not None else "")
+            + (f" boost {boost_weight:g}" if boost_weight else ""))
 
 
 class TrialCache:
@@ -156,58 +173,77 @@ class TrialCache:
 @dataclass
 class TuningResult:
     strategy: str
-    baseline: Trial  # no LM
-    best: Trial  # the chosen setting: `baseline` where no LM setting beat it
+    baseline: Trial  # no LM, no boosting
+    best: Trial  # the chosen setting: `unboosted` where no boosting beat it, `baseline` where nothing did
     trials: list[Trial]  # every setting tried, in the order tried
     decodes: int  # decodes run now (trials not taken from the cache)
     reused: int
+    # the LM setting chosen without boosting (`baseline` where the LM lost); None: `best`
+    unboosted: Trial | None = None
+
+    def __post_init__(self) -> None:
+        if self.unboosted is None:
+            self.unboosted = self.best
 
     @property
     def lm_helps(self) -> bool:
-        return self.best is not self.baseline
+        return self.best.lm_weight > 0
 
-    def chosen(self, decoding: DecodingConfig, lm_uri: str) -> DecodingConfig:
-        """`decoding` with the chosen setting (no LM where none helped)."""
+    @property
+    def boost_helps(self) -> bool:
+        return self.best.boost_weight > 0
+
+    def chosen(self, decoding: DecodingConfig, lm_uri: str | None, phrases_uri: str | None = None) -> DecodingConfig:
+        """`decoding` with the chosen setting (no LM where none helped, no phrases where boosting did not)."""
+        best = self.best
+        boosting = ({"phrases_uri": phrases_uri, "boost_weight": best.boost_weight} if self.boost_helps
+                    else {"phrases_uri": None})
         if not self.lm_helps:
-            return dataclasses.replace(decoding, lm_uri=None, lm_weight=0.0)
-        bonus = self.best.bonus if self.best.bonus is not None else decoding.ctc_insertion_bonus
-        return dataclasses.replace(decoding, lm_uri=lm_uri, lm_weight=self.best.lm_weight, ctc_insertion_bonus=bonus)
+            return dataclasses.replace(decoding, lm_uri=None, lm_weight=0.0, **boosting)
+        bonus = best.bonus if best.bonus is not None else decoding.ctc_insertion_bonus
+        return dataclasses.replace(decoding, lm_uri=lm_uri, lm_weight=best.lm_weight, ctc_insertion_bonus=bonus,
+                                   **boosting)
 
 
-def lm_beats_baseline(best: Trial, baseline: Trial) -> bool:
-    """Whether the LM setting `best` is better than no LM on dev beyond chance: a lower WER, and more utterances
-    improved than made worse by a one-sided sign test at `SIGNIFICANCE` (where per-utterance errors are known).
-    A tuned weight always finds some setting a word or two better on a small dev set, even for an LM of
-    unrelated text; that is not a reason to use it."""
-    if best.wer >= baseline.wer:
+def beats_beyond_chance(candidate: Trial, reference: Trial) -> bool:
+    """Whether the setting `candidate` is better than `reference` on dev beyond chance: a lower WER, and more
+    utterances improved than made worse by a one-sided sign test at `SIGNIFICANCE` (where per-utterance errors are
+    known). A tuned weight always finds some setting a word or two better on a small dev set, even for an LM of
+    unrelated text or a list of names nobody says; that is not a reason to use it. Decides an LM against no LM,
+    and boosting against the LM setting without it."""
+    if candidate.wer >= reference.wer:
         return False
-    if not best.errors or len(best.errors) != len(baseline.errors):
+    if not candidate.errors or len(candidate.errors) != len(reference.errors):
         return True
-    better = sum(b < a for a, b in zip(baseline.errors, best.errors))
-    worse = sum(b > a for a, b in zip(baseline.errors, best.errors))
+    better = sum(b < a for a, b in zip(reference.errors, candidate.errors))
+    worse = sum(b > a for a, b in zip(reference.errors, candidate.errors))
     return sign_test_p(better, worse) < SIGNIFICANCE
 
 
-def tune(decoding: DecodingConfig, evaluate: Callable[[float, float | None], Score],
-         cache: TrialCache, progress: Callable[[Trial], None] = lambda trial: None) -> TuningResult:
+def tune(decoding: DecodingConfig, evaluate: Callable[..., Score], cache: TrialCache,
+         progress: Callable[[Trial], None] = lambda trial: None, *, lm: bool = True,
+         boost_weights: Sequence[float] = ()) -> TuningResult:
     """The search of the module docstring for one strategy. `evaluate(lm_weight, bonus)` decodes the dev set
-    with that setting (weight 0: no LM) and scores it."""
+    with that setting (weight 0: no LM) and scores it; where `boost_weights` are searched (a phrase list),
+    `evaluate(lm_weight, bonus, boost_weight)` (boost weight 0: no boosting). `lm=False`: there is no LM (a phrase
+    list alone), only the boost weight is searched."""
     bonus_used = takes_bonus(decoding)
+    measure = evaluate if boost_weights else (lambda weight, bonus, boost: evaluate(weight, bonus))
     tried: list[Trial] = []
     decodes = 0
 
-    def trial(weight: float, bonus: float | None) -> Trial:
+    def trial(weight: float, bonus: float | None, boost: float = 0.0) -> Trial:
         nonlocal decodes
-        weight = round(weight, 4)
+        weight, boost = round(weight, 4), round(boost, 4)
         if weight == 0:
             bonus = decoding.ctc_insertion_bonus if bonus_used else None  # no LM: the configured bonus
-        key = setting_key(weight, bonus)
+        key = setting_key(weight, bonus, boost)
         found = next((t for t in tried if t.key == key), None) or cache.get(key)
         if found is None:
             started = time.perf_counter()
-            measured = evaluate(weight, bonus)
+            measured = measure(weight, bonus, boost)
             found = Trial(weight, bonus, measured.wer, measured.cer, round(time.perf_counter() - started, 3),
-                          measured.errors)
+                          measured.errors, boost)
             cache.add(found)
             decodes += 1
         if found not in tried:
@@ -216,7 +252,7 @@ def tune(decoding: DecodingConfig, evaluate: Callable[[float, float | None], Sco
         return found
 
     def best_of(trials: list[Trial]) -> Trial:
-        return min(trials, key=lambda t: (t.wer, t.cer, t.lm_weight, t.bonus or 0.0))
+        return min(trials, key=lambda t: (t.wer, t.cer, t.lm_weight, t.bonus or 0.0, t.boost_weight))
 
     def search_weights(bonus: float | None, weights: Sequence[float]) -> Trial:
         line = [trial(w, bonus) for w in weights]
@@ -232,7 +268,21 @@ def tune(decoding: DecodingConfig, evaluate: Callable[[float, float | None], Sco
                 line.append(trial((best.lm_weight + neighbour) / 2, bonus))
         return best_of(line)
 
+    def with_boosting(unboosted: Trial) -> TuningResult:
+        """The boost weight search at the LM setting `unboosted` (module docstring), and the result."""
+        chosen = unboosted
+        if boost_weights:
+            weight, bonus = unboosted.lm_weight, unboosted.bonus
+            best = best_of([unboosted] + [trial(weight, bonus, boost) for boost in boost_weights])
+            if best.boost_weight > 0 and weight > 0:  # boosting took over part of the LM's work: the weight again
+                best = best_of([best] + [trial(w, bonus, best.boost_weight)
+                                         for w in (weight / RECHECK_LM_STEP, weight * RECHECK_LM_STEP)])
+            chosen = best if beats_beyond_chance(best, unboosted) else unboosted
+        return TuningResult(decoding.strategy, baseline, chosen, tried, decodes, cache.reused, unboosted)
+
     baseline = trial(0.0, None)
+    if not lm:
+        return with_boosting(baseline)
     best = search_weights(START_BONUS if bonus_used else None, COARSE_WEIGHTS)
     if bonus_used:
         best = best_of([trial(best.lm_weight, b) for b in BONUSES] + [best])
@@ -248,5 +298,4 @@ def tune(decoding: DecodingConfig, evaluate: Callable[[float, float | None], Sco
             best = moved
     lm_trials = [t for t in tried if t.lm_weight > 0]
     best = best_of(lm_trials) if lm_trials else baseline
-    chosen = best if lm_beats_baseline(best, baseline) else baseline
-    return TuningResult(decoding.strategy, baseline, chosen, tried, decodes, cache.reused)
+    return with_boosting(best if beats_beyond_chance(best, baseline) else baseline)
