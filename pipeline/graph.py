@@ -88,9 +88,28 @@ def connect_ray(address: str | None) -> None:
         return
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address)
+        ray.init(address=address, logging_level=logging.WARNING)
     else:
-        ray.init(include_dashboard=False, _node_ip_address="127.0.0.1")
+        # Ray 2.60 turns token authentication on for a local instance and warns that it did, on every start: that
+        # one line is dropped (setting RAY_AUTH_MODE=token instead made the driver lose its own token)
+        logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
+            lambda record: "Token authentication is enabled" not in record.getMessage())
+        ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", logging_level=logging.WARNING)
+    quiet_ray_data()
+
+
+def quiet_ray_data() -> None:
+    """Ray's own lines off the console, warnings and errors kept: Ray Data's per-operator progress (INFO, every few
+    seconds; the jobs print their own progress line per committed part) and its advice that an actor pool got
+    fewer input blocks than actors (a small manifest) still go to `ray-data.log` in the session directory."""
+    import warnings
+
+    import ray.data  # noqa: F401  (configures the `ray.data` logger, which this then adjusts)
+
+    for handler in logging.getLogger("ray.data").handlers:
+        if not isinstance(handler, logging.FileHandler) and type(handler).__name__ != "SessionFileHandler":
+            handler.setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message="The minimum number of concurrent actors", category=UserWarning)
 
 
 def resolve_device(config: TranscribeJobConfig) -> str:

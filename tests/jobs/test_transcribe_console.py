@@ -1,0 +1,34 @@
+"""What a user sees on the console from `jobs/transcribe.py`: loopscribe's own lines (its start, a progress line per
+committed part, the summary), not Ray's. The real command in a subprocess, starting its own private local Ray."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def test_a_local_run_prints_loopscribes_lines_and_not_rays(tmp_path):
+    pytest.importorskip("ray")
+    lines = (REPOSITORY / "samples" / "manifest.json").read_text().splitlines()[:4]
+    manifest = tmp_path / "four.json"
+    manifest.write_text("\n".join(json.dumps({**json.loads(line), "audio_filepath": str(
+        REPOSITORY / "samples" / Path(json.loads(line)["audio_filepath"]).name)}) for line in lines) + "\n")
+    result = subprocess.run([sys.executable, str(REPOSITORY / "jobs" / "transcribe.py"), "--manifest", str(manifest),
+                             "--output", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    console = result.stdout + result.stderr
+    assert result.returncode == 0, console[-3000:]
+    assert "loopscribe: committed 4 rows" in result.stdout and "4 transcripts ok" in result.stdout, console[-3000:]
+    # Ray's INFO lines (its start, Ray Data's per-operator progress), its token-authentication notice and Ray Data's
+    # warning about a small input are what used to fill the console
+    for noise in (" INFO ", "Started a local Ray instance", "Token authentication is enabled", "UserWarning",
+                  "Tasks: ", "Running Dataset"):
+        assert noise not in console, f"{noise!r} on the console:\n{console[-3000:]}"
