@@ -282,9 +282,13 @@ class PhraseBoosting:
             return advance_triton(self.tensors, states)
         if states.is_cuda:
             return advance_torch(self.tensors, states)
+        return self.resolved_arcs().advance(self.tensors, states)
+
+    def resolved_arcs(self) -> ResolvedArcs:
+        """The tree's failure chains flattened (`ResolvedArcs`): built on the first call, then kept."""
         if self._resolved is None:
             self._resolved = ResolvedArcs.of(self.tensors)
-        return self._resolved.advance(self.tensors, states)
+        return self._resolved
 
     def final_scores(self, states: Tensor) -> Tensor:
         """states [B] -> [B]: the reward of an unfinished match taken back (0 at the root and after a phrase)."""
@@ -357,6 +361,13 @@ class ResolvedArcs:
         batch_size, vocab_size = states.shape[0], tensors.vocab_size
         scores = tensors.final_weights[states].unsqueeze(1) + tensors.arc_weights[:vocab_size]  # via the root
         next_states = tensors.arc_targets[:vocab_size].long().expand(batch_size, vocab_size).clone()
+        return self.overwrite_(states, scores, next_states)
+
+    def overwrite_(self, states: Tensor, scores: Tensor, next_states: Tensor) -> tuple[Tensor, Tensor]:
+        """In place: each row's resolved arcs written over scores and next_states [B, V], which hold what the
+        root gives each label (its arc plus the backoff weights of the row's chain); returns them. A tensor of
+        several trees fills them from each row's own tree's root (`decoders.boosting_rows`)."""
+        batch_size, vocab_size = scores.shape
         first = self.offsets[states]
         counts = self.offsets[states + 1] - first
         total = int(counts.sum())
@@ -373,7 +384,8 @@ class WeightedSum:
     """Two label models as one `LanguageModel`: scores `first_weight * first + second_weight * second`, state
     `first_state * second.num_states + second_state` (int64), final scores weighted the same way.
 
-    `second` must say how many states it has (`num_states`, as `PhraseBoosting` does)."""
+    `second` must say how many states it has (`num_states`, as `PhraseBoosting` does); so does the sum, where
+    `first` does (a sum of two boosting models, fused with an n-gram LM as a second sum)."""
 
     def __init__(self, first, first_weight: float, second, second_weight: float) -> None:
         if first.vocab_size != second.vocab_size:
@@ -389,6 +401,10 @@ class WeightedSum:
     @property
     def device(self) -> torch.device:
         return self.first.device
+
+    @property
+    def num_states(self) -> int:
+        return int(self.first.num_states) * self.second_states
 
     def to(self, device: torch.device | str) -> WeightedSum:
         first, second = self.first.to(device), self.second.to(device)

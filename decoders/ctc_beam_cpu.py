@@ -87,7 +87,6 @@ class CpuCtcBeamSearch:
         self.config = config
         self.lm = lm_for_fusion(lm, config.lm_weight, None, "cpu")
         self._lm_arrays = _no_lm_arrays()
-        self._initial_state = 0
         self._executor: ThreadPoolExecutor | None = None
         self._executor_threads = 0
         self._pool_lock = threading.Lock()
@@ -98,7 +97,6 @@ class CpuCtcBeamSearch:
                     f"CpuCtcBeamSearch reads an NgramLm's arrays; got {type(self.lm).__name__}, use CtcBeamSearch"
                 )
             self._lm_arrays = _lm_arrays(tensors)
-            self._initial_state = int(self.lm.initial_states(1)[0])
 
     def warm_up(self) -> None:
         """Compile (or load from numba's cache) the kernel for float32 input: a Ray actor calls this at start."""
@@ -138,6 +136,10 @@ class CpuCtcBeamSearch:
             [math.log(float(threshold)) if mode == _COLLAPSE_THRESHOLD else 0.0], dtype=emissions.dtype
         )
         lm_weight = float(config.lm_weight) if use_lm else 0.0
+        # each utterance's first LM state: the LM's start, or a row's own where the model is bound to rows
+        # (per-utterance phrase boosting, decoders/boosting_rows.py)
+        initial_states = (np.ascontiguousarray(self.lm.initial_states(batch_size).cpu().numpy(), dtype=np.int64)
+                          if use_lm else np.zeros(batch_size, dtype=np.int64))
 
         capacity = max(max_time, 1)
         tokens = np.zeros((batch_size, nbest, capacity), dtype=np.int64)
@@ -150,7 +152,7 @@ class CpuCtcBeamSearch:
                 utterances, emissions, lengths_array, blank_id, config.beam_size, nbest, labels_per_frame,
                 float(config.token_min_log_prob), lm_weight, float(config.insertion_bonus),
                 float(config.beam_threshold), bool(use_lm and config.lm_end_of_sentence), mode, log_threshold,
-                use_lm, self._initial_state, *self._lm_arrays,
+                use_lm, initial_states, *self._lm_arrays,
                 tokens, frames, token_scores, token_lengths, scores,
             )  # fmt: skip
 
@@ -222,14 +224,15 @@ def _lm_arrays(lm: NgramTensors) -> tuple[np.ndarray, ...]:
 @njit(cache=True, nogil=True, error_model="numpy")
 def _search_batch(utterances, log_probs, lengths, blank_id, beam, nbest, labels_per_frame, token_min_log_prob,
                   lm_weight, bonus, beam_threshold, end_of_sentence, collapse_mode, log_threshold, use_lm,
-                  initial_state, arc_offsets, arc_keys, arc_weights, arc_targets, backoff_targets, backoff_weights,
+                  initial_states, arc_offsets, arc_keys, arc_weights, arc_targets, backoff_targets, backoff_weights,
                   final_weights, best_arc, lm_vocab_size, tokens, frames, token_scores, token_lengths, scores):
     """The search of the utterances listed, one after another (the GIL released); results go to their rows of
-    tokens/frames/token_scores [B, N, T], token_lengths [B, N] and scores [B, N]."""
+    tokens/frames/token_scores [B, N, T], token_lengths [B, N] and scores [B, N]; initial_states [B]: each
+    utterance's first LM state."""
     for b in utterances:
         kept = _kept_frames(log_probs[b], lengths[b], blank_id, collapse_mode, log_threshold[0])
         _search_one(log_probs[b], kept, blank_id, beam, labels_per_frame, token_min_log_prob, lm_weight, bonus,
-                    beam_threshold, end_of_sentence, use_lm, initial_state, arc_offsets, arc_keys, arc_weights,
+                    beam_threshold, end_of_sentence, use_lm, initial_states[b], arc_offsets, arc_keys, arc_weights,
                     arc_targets, backoff_targets, backoff_weights, final_weights, best_arc, lm_vocab_size,
                     tokens[b], frames[b], token_scores[b], token_lengths[b], scores[b])
 

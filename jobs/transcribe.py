@@ -120,7 +120,8 @@ def parser() -> argparse.ArgumentParser:
                      help="boost these phrases (names, products) with any strategy, alone or with --lm: one a line, "
                           "`phrase<TAB>weight` to give a phrase its own score (default weight 1)")
     dec.add_argument("--boost-weight", type=float,
-                     help=f"fusion weight of the phrase boosting (default: {decoding.boost_weight:g})")
+                     help=f"fusion weight of the phrase boosting, of --phrases and of the rows' own `phrases` lists "
+                          f"(a manifest key; 0 turns those off) (default: {decoding.boost_weight:g})")
     dec.add_argument("--pruning", choices=("early", "late"),
                      help=f"transducer beam + LM: top-k before or after fusion (default: {decoding.pruning})")
     dec.add_argument("--blank-lm-scoring", choices=("none", "weighted"),

@@ -64,7 +64,9 @@ class DecodingConfig:
     # phrase boosting (decoders/boosting.py): a list of phrases, one a line, `phrase<TAB>weight` for a phrase's own
     # context score; path or URI
     phrases_uri: str | None = None
-    boost_weight: float = 0.5  # the boosting tree's fusion weight (NeMo's boosting_tree_alpha)
+    # the boosting trees' fusion weight (NeMo's boosting_tree_alpha), of the --phrases list and of each row's own
+    # list (a manifest's `phrases`, used wherever a row has one); 0: no boosting, the rows' lists ignored
+    boost_weight: float = 0.5
     pruning: Literal["early", "late"] = "late"  # transducer beam + LM
     blank_lm_scoring: Literal["none", "weighted"] = "weighted"  # transducer beam + LM
     # ctc_beam: blank collapse of frames whose p(blank) exceeds this; "weak": frames whose argmax is blank;
@@ -97,6 +99,8 @@ class DecodingConfig:
                 raise ValueError(f"decoding.{name} must be a finite number, got {value!r}")
         if self.lm_weight < 0:
             raise ValueError(f"decoding.lm_weight must be >= 0, got {self.lm_weight}")
+        if self.boost_weight < 0:
+            raise ValueError(f"decoding.boost_weight must be >= 0 (0: no phrase boosting), got {self.boost_weight}")
         if self.lm_level not in ("auto", "token", "word"):
             raise ValueError(f"decoding.lm_level must be auto, token or word, got {self.lm_level!r}")
         if self.lm_weight > 0 and not self.lm_uri:
@@ -216,7 +220,9 @@ class DecodingPlan:
     confidence: ConfidenceConfig | None  # per-token confidence from the decoder; None: off
     description: str  # the `decoding` column
     advice: tuple[str, ...]  # settings that are valid but likely to cost accuracy, each with what to do
-    boost_weight: float = 0.0  # the effective phrase-boosting weight: 0 when no phrases are boosted
+    boost_weight: float = 0.0  # the effective weight of the job's phrase list: 0 when it has none
+    # the weight of a row's own phrase list (the manifest's `phrases`): decoding.boost_weight; 0: lists ignored
+    row_boost_weight: float = 0.0
 
     @property
     def fuses_lm(self) -> bool:
@@ -224,7 +230,25 @@ class DecodingPlan:
 
     @property
     def boosts(self) -> bool:
+        """Whether the job's phrase list (`--phrases`) is boosted."""
         return self.boost_weight > 0
+
+    @property
+    def boosts_rows(self) -> bool:
+        """Whether rows' own phrase lists (a manifest's `phrases`) are boosted where rows have them."""
+        return self.row_boost_weight > 0
+
+    def with_row_phrases(self) -> DecodingPlan:
+        """The plan of a batch's rows that list phrases of their own (`pipeline/row_phrases.py`): boosting at
+        `row_boost_weight` (the job's list, if any, and each row's own, summed), so `fusion_weight` and
+        `fusion_model` read it; no CUDA graphs, since the boosting model is the batch's own and a capture would serve
+        one call."""
+        return dataclasses.replace(self, boost_weight=self.row_boost_weight, use_cuda_graphs=False)
+
+    def row_description(self, num_phrases: int) -> str:
+        """The `decoding` column of a row boosted with `num_phrases` phrases of its own."""
+        weight = "" if self.boosts else f" boost_weight={self.row_boost_weight:g}"
+        return f"{self.description} row_phrases={num_phrases}{weight}"
 
     @property
     def fusion_weight(self) -> float:
@@ -268,12 +292,14 @@ class DecodingPlan:
             return _label_looping(model, self, lm)
         return _transducer_beam(model, self, lm)
 
-    def build_writer_search(self, model: AsrModel | ModelLayout, lm: LanguageModel | None = None) -> WriterSearch:
+    def build_writer_search(self, model: AsrModel | ModelLayout, lm: LanguageModel | None = None,
+                            warm_up: bool = True) -> WriterSearch:
         """The writer stage's search: compact CTC log-probs of utterances (`compact_ctc_log_probs`) -> the best
-        hypothesis of each, with tokens at original encoder frames."""
+        hypothesis of each, with tokens at original encoder frames. `warm_up`: compile (or load) the compiled
+        search now; a search built per batch (per-utterance phrases, bound to the batch's rows) skips it."""
         if not self.writer_searches:
             raise ValueError(f"{self.strategy.name} decodes in the ASR stage: use build_decoder")
-        return _CompactCtcBeamSearch(model, self, lm if self.fusion_weight > 0 else None)
+        return _CompactCtcBeamSearch(model, self, lm if self.fusion_weight > 0 else None, warm_up)
 
 
 def plan_decoding(facts: ModelFacts, config: DecodingConfig, device: str = "cpu",
@@ -307,6 +333,7 @@ def plan_decoding(facts: ModelFacts, config: DecodingConfig, device: str = "cpu"
         description=describe(config),
         advice=advice(config),
         boost_weight=config.boost_weight if config.phrases_uri else 0.0,
+        row_boost_weight=config.boost_weight,
     )
 
 
@@ -518,10 +545,17 @@ def load_boosting_model(plan: DecodingPlan, model: AsrModel | ModelLayout, cache
     return boosting_from_phrase_file(str(path), sentencepiece_of(model), plan.lm_vocab_size(model), name=uri)
 
 
+def load_fusion_parts(plan: DecodingPlan, model: AsrModel | ModelLayout, cache_dir: str
+                      ) -> tuple[NgramLm | None, Any]:
+    """The plan's n-gram LM and the job's boosting tree (each None where the plan has none), apart: a stage that
+    also boosts rows' own phrases (`pipeline/row_phrases.py`) fuses them with each batch's trees."""
+    lm = load_language_model(plan, plan.lm_vocab_size(model), cache_dir, tokenizer=model.tokenizer)
+    return lm, load_boosting_model(plan, model, cache_dir)
+
+
 def load_fusion_model(plan: DecodingPlan, model: AsrModel | ModelLayout, cache_dir: str) -> LanguageModel | None:
     """What the plan's decoder fuses (`DecodingPlan.fusion_model`): its n-gram LM, its boosting tree, or both."""
-    lm = load_language_model(plan, plan.lm_vocab_size(model), cache_dir, tokenizer=model.tokenizer)
-    return plan.fusion_model(lm, load_boosting_model(plan, model, cache_dir))
+    return plan.fusion_model(*load_fusion_parts(plan, model, cache_dir))
 
 
 def _label_looping(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None) -> Decode:
@@ -585,10 +619,12 @@ class _CompactCtcBeamSearch:
     """Compact CTC log-probs of utterances -> the CTC prefix beam search's best hypothesis of each, at original
     frames. The search runs on the writer's CPU: the compiled `CpuCtcBeamSearch` (decoders/ctc_beam_cpu.py: the
     same results, several times faster, utterances in parallel threads) when it can read the fused model, which
-    is when there is none or it is an `NgramLm`; the torch `CtcBeamSearch` for any other fused model (phrase
-    boosting). Its compilation (or cache load) is paid here, when the writer actor starts."""
+    is when there is none or it has the n-gram LM's arrays (`NgramLm`, a phrase-boosting tree, the per-row trees of
+    `decoders.boosting_rows`); the torch `CtcBeamSearch` for any other fused model (a sum of two). Its compilation
+    (or cache load) is paid here, when the writer actor starts."""
 
-    def __init__(self, model: AsrModel | ModelLayout, plan: DecodingPlan, lm: LanguageModel | None) -> None:
+    def __init__(self, model: AsrModel | ModelLayout, plan: DecodingPlan, lm: LanguageModel | None,
+                 warm_up: bool = True) -> None:
         from decoders.ctc_beam import CtcBeamConfig, CtcBeamSearch
         from decoders.ctc_beam_cpu import CpuCtcBeamSearch
         from decoders.ngram.tensors import NgramTensors
@@ -601,7 +637,7 @@ class _CompactCtcBeamSearch:
             beam_size=config.beam_size, lm_weight=plan.fusion_weight if lm is not None else 0.0,
             insertion_bonus=config.ctc_insertion_bonus, beam_threshold=config.ctc_beam_threshold,
             collapse_threshold=None), lm, device="cpu")  # collapsed already, in the ASR stage; searched on a CPU
-        if compiled:
+        if compiled and warm_up:
             self.search.warm_up()
 
     def __call__(self, compact: Sequence[CompactCtc]) -> list[Hypothesis]:

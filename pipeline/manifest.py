@@ -6,10 +6,19 @@ Formats. Lines are told apart by their keys, so a file may mix both.
   or an integer is the line's own id (`source_id`); every other key is kept, as JSON, in the `extra` column.
 - Lhotse: cut manifests, one cut per line, read as JSON without importing lhotse (which reads `s3://` through
   smart_open, not fsspec). The cut's `id` is its `source_id`, `start` its offset, its supervisions' texts
-  joined by spaces its text. The audio is the recording's first file or url source, or where the cut names a
-  `channel`, the source whose `channels` hold it: `channel` is then that channel's index in the source's
-  `channels` (null where the source has one channel). A cut naming several channels decodes all channels of
-  one source mixed down; several channels that are not all of one source's are an error row.
+  joined by spaces its text, its `custom.phrases` its phrase list. The audio is the recording's first file or
+  url source, or where the cut names a `channel`, the source whose `channels` hold it: `channel` is then that
+  channel's index in the source's `channels` (null where the source has one channel). A cut naming several
+  channels decodes all channels of one source mixed down; several channels that are not all of one source's are
+  an error row.
+
+Phrases. A row's own phrase list to boost (`phrases`: a NeMo line's key, a Lhotse cut's `custom` key; see
+docs/decoding.md) is a list of phrases, each a string (`"anna boyle"`, or `"anna boyle<TAB>2.5"` with its own
+weight, as in a `--phrases` file) or a `[phrase, weight]` pair; a weight is a number > 0. It goes to the
+`phrases` column as [{text, weight}] (whitespace runs made one space; null or [] is no list), and stays in
+`extra` as written. A value that is not such a list, an empty phrase, a bad weight, more than `MAX_ROW_PHRASES`
+phrases or a phrase longer than `MAX_PHRASE_CHARS` makes the line an error row naming the item; whether the
+model's tokenizer can write each phrase is checked by the stage that decodes.
 
 Identity. A row's `utterance_id` is `utterance_identity` of what the utterance is: resolved audio URI, offset,
 duration, channel and the manifest's own id. Where the manifest lists it does not count, so an edited or
@@ -64,6 +73,8 @@ NEMO_KEYS = ("audio_filepath", "duration", "offset", "text")
 NEMO_ID_KEYS = ("id", "utterance_id", "utt_id")  # the first usable one is a NeMo line's own id
 LHOTSE_KEYS = ("id", "start", "duration", "channel", "recording", "supervisions")  # what a cut's row uses
 SNIFF_BYTES = 1 << 20  # decompressed bytes `sniff_manifest` reads at most
+MAX_ROW_PHRASES = 10_000  # phrases a row may list (`phrases`): a bound on what one line can make an actor build
+MAX_PHRASE_CHARS = 1_000  # characters of one of them
 IDENTITY_HEX_DIGITS = 32
 _SHOWN_CHARS = 80  # a value quoted in an error message is cut to this
 
@@ -161,6 +172,7 @@ def _row(uri: str, line_number: int, utterance_id: str, **values: Any) -> dict[s
         schema.CHANNEL: None,
         schema.REFERENCE_TEXT: "",
         schema.EXTRA: "{}",
+        schema.PHRASES: None,
         schema.STATUS: schema.STATUS_OK,
         schema.ERROR: "",
     }
@@ -288,6 +300,7 @@ def _nemo_values(entry: dict[str, Any], id_key: str | None) -> dict[str, Any]:
         schema.DURATION: _seconds(entry, "duration", required=True),
         schema.REFERENCE_TEXT: _text(entry, "text"),
         schema.EXTRA: _extra_json(extra),
+        schema.PHRASES: _phrases(entry.get("phrases")),
     }
 
 
@@ -339,6 +352,8 @@ def _cut_values(cut: dict[str, Any], cut_id: str | None) -> dict[str, Any]:
     supervisions = cut.get("supervisions") if isinstance(cut.get("supervisions"), list) else []
     texts = [_text(s, "text", f"{name}: a supervision's ") for s in supervisions if isinstance(s, dict)]
     extra = {k: v for k, v in cut.items() if k not in LHOTSE_KEYS}
+    custom = cut.get("custom")
+    phrases = _phrases(custom.get("phrases"), f"{name}: 'custom.phrases'") if isinstance(custom, dict) else None
     return {
         "audio": audio,
         schema.OFFSET: _seconds(cut, "start", required=False),
@@ -346,4 +361,56 @@ def _cut_values(cut: dict[str, Any], cut_id: str | None) -> dict[str, Any]:
         schema.CHANNEL: channel,
         schema.REFERENCE_TEXT: " ".join(t for t in texts if t),
         schema.EXTRA: _extra_json(extra),
+        schema.PHRASES: phrases,
     }
+
+
+def _phrase_weight(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Unusable(f"{what}: the weight must be a number > 0, got {_shown(value)}")
+    try:
+        weight = float(value)
+    except OverflowError:
+        weight = math.inf
+    if not math.isfinite(weight) or weight <= 0:
+        raise _Unusable(f"{what}: the weight must be a number > 0, got {_shown(value)}")
+    return weight
+
+
+def _phrases(value: Any, key: str = "'phrases'") -> list[dict[str, Any]] | None:
+    """A row's `phrases` -> [{text, weight}] (see the module docstring), None for no list; `_Unusable` names the
+    item that cannot be used."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _Unusable(f"{key} must be a list of phrases (strings, or [phrase, weight] pairs), got {_shown(value)}")
+    if len(value) > MAX_ROW_PHRASES:
+        raise _Unusable(f"{key} lists {len(value)} phrases, more than the {MAX_ROW_PHRASES} a row may")
+    phrases = []
+    for number, item in enumerate(value, start=1):
+        what = f"{key} item {number}"
+        weight = None
+        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str):
+            text, weight = item[0], _phrase_weight(item[1], what)
+        elif isinstance(item, str):
+            text = item
+            if "\t" in item:
+                text, _, weight_text = item.rpartition("\t")
+                try:
+                    weight = float(weight_text)
+                except ValueError:
+                    raise _Unusable(f"{what}: the weight after the tab must be a number > 0, got "
+                                    f"{_shown(weight_text.strip())}") from None
+                if not math.isfinite(weight) or weight <= 0:
+                    raise _Unusable(f"{what}: the weight after the tab must be a number > 0, got {_shown(weight_text)}")
+        else:
+            raise _Unusable(f"{what} must be a string or a [phrase, weight] pair, got {_shown(item)}")
+        if SURROGATE.search(text) is not None:
+            raise _Unusable(f"{what} must be Unicode text, got {_shown(text)}")
+        text = " ".join(text.split())
+        if not text:
+            raise _Unusable(f"{what}: empty phrase")
+        if len(text) > MAX_PHRASE_CHARS:
+            raise _Unusable(f"{what}: a phrase of {len(text)} characters, more than {MAX_PHRASE_CHARS}")
+        phrases.append({"text": text, "weight": weight})
+    return phrases or None

@@ -22,6 +22,10 @@ DURATION = "duration"  # seconds of audio (from the manifest)
 CHANNEL = "channel"  # the audio channel to decode; null: all channels mixed down
 REFERENCE_TEXT = "reference_text"  # the manifest's `text`, if any
 EXTRA = "extra"  # JSON of the manifest keys loopscribe does not use, kept for the user
+# the row's own phrase list to boost (a NeMo line's `phrases`, a Lhotse cut's `custom.phrases`), checked and
+# normalised by the manifest reader: [{text, weight}] (weight null: the default context score); null: none.
+# Also kept, as written, in `extra`
+PHRASES = "phrases"
 
 # outcome
 STATUS = "status"  # STATUS_OK or STATUS_ERROR
@@ -36,6 +40,8 @@ CONFIDENCE = "confidence"  # the utterance's: the aggregate of its words' confid
 WORDS = "words"  # list of {word, start, end, confidence}, seconds from the start of the utterance
 MODEL = "model"
 DECODING = "decoding"
+
+PHRASE_TYPE = pa.struct([pa.field("text", pa.string()), pa.field("weight", pa.float64())])
 
 WORD_TYPE = pa.struct([
     pa.field("word", pa.string()),
@@ -65,7 +71,7 @@ FINISH_S = "finish_s"  # seconds the writer spent on the part
 COMMITTED_AT = "committed_at"  # Unix time the part was committed
 
 INPUT_COLUMNS = (UTTERANCE_ID, MANIFEST, LINE, SOURCE_ID, AUDIO_FILEPATH, OFFSET, DURATION, CHANNEL, REFERENCE_TEXT,
-                 EXTRA, STATUS, ERROR)
+                 EXTRA, PHRASES, STATUS, ERROR)
 
 _TYPES = {  # every column that rows carry from the manifests to the output, and its Arrow type
     UTTERANCE_ID: pa.string(), MANIFEST: pa.string(), LINE: pa.int64(), SOURCE_ID: pa.string(),
@@ -73,6 +79,7 @@ _TYPES = {  # every column that rows carry from the manifests to the output, and
     AUDIO_DURATION: pa.float64(), REFERENCE_TEXT: pa.string(), EXTRA: pa.string(), TEXT: pa.string(),
     WORDS: pa.list_(WORD_TYPE), CONFIDENCE: pa.float64(),
     STATUS: pa.string(), ERROR: pa.string(), MODEL: pa.string(), DECODING: pa.string(),
+    PHRASES: pa.list_(PHRASE_TYPE),  # between stages only: the output keeps the manifest's `phrases` in `extra`
 }
 _REQUIRED = (UTTERANCE_ID, STATUS)  # never null in the output
 

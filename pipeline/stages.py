@@ -42,13 +42,14 @@ from pipeline.bucketing import padded_seconds, plan_batches
 from pipeline.calibration import Calibration, load_calibration, measure_of
 from pipeline.chunks import Chunk, ChunkTokens, frame_energies_db, merge_compact_ctc, merge_tokens, plan_chunks
 from pipeline.config import InputConfig, LongAudioConfig, ModelConfig, ResourcesConfig
-from pipeline.decoding import DecodingPlan, compact_ctc_log_probs, load_fusion_model
+from pipeline.decoding import DecodingPlan, compact_ctc_log_probs, load_fusion_parts
 from pipeline.fetch import fetch_file, file_sha256
 from pipeline.manifest import read_manifest
 from pipeline.nemo_file import LayoutUnavailable, ModelLayout, read_model_layout
 from pipeline.nemo_model import AsrModel, load_asr_model
 from pipeline.recognize import pad_waveforms, transcript_of
 from pipeline.redact import redact
+from pipeline.row_phrases import PhraseSet, RowPhrases, check_phrases, phrase_set
 from pipeline.schema import (
     AUDIO_S,
     CHUNKED_READ,
@@ -167,6 +168,30 @@ def _ok_rows(table: pa.Table) -> list[int]:
     return [i for i, s in enumerate(table.column(schema.STATUS).to_pylist()) if s == schema.STATUS_OK]
 
 
+class _RowPhrasesOf:
+    """A decoding stage's per-utterance phrase boosting (`pipeline/row_phrases.py`), made with the first batch
+    whose rows list phrases: its `RowPhrases`, or why there is none (a model without a SentencePiece tokenizer)."""
+
+    def __init__(self) -> None:
+        self.parts: tuple[Any, Any] = (None, None)  # the plan's n-gram LM and job tree (load_fusion_parts)
+        self._made: RowPhrases | str | None = None
+
+    def get(self, plan: DecodingPlan, model: AsrModel | ModelLayout) -> RowPhrases | str:
+        if self._made is None:
+            try:
+                self._made = RowPhrases(plan, model, *self.parts)
+            except ValueError as error:
+                self._made = f"cannot boost the row's 'phrases' ({error})"
+        return self._made
+
+    def sets(self, table: pa.Table, rows: list[int], plan: DecodingPlan, model: AsrModel | ModelLayout
+             ) -> tuple[dict[int, PhraseSet], dict[int, str]]:
+        """({row: its phrase set} for `rows` listing phrases the plan boosts, {row: why they cannot be})."""
+        if not (plan.boosts_rows and rows and schema.PHRASES in table.column_names):
+            return {}, {}
+        return check_phrases(table.column(schema.PHRASES).to_pylist(), rows, lambda: self.get(plan, model))
+
+
 class ReadManifests:
     """CPU stage: manifest URIs -> their rows (error rows included) not yet committed, as tables of `chunk_rows`.
 
@@ -264,7 +289,8 @@ class TranscribeBatch:
     buckets beside short rows, and its chunks' results are merged back into the row, at the recording's frames.
     Rows already in error pass through. A bucket that fails is retried piece by piece, so one bad row becomes one
     error row. Where the plan has the writer search, the rows carry compact CTC log-probs for `FinishAndWrite`
-    instead of tokens.
+    instead of tokens. Rows listing phrases of their own (`phrases`) are decoded with them, each chunk with its
+    row's (`pipeline/row_phrases.py`); a row whose phrases the tokenizer cannot write becomes an error row.
     """
 
     def __init__(self, model: ModelConfig, plan: DecodingPlan, resources: ResourcesConfig,
@@ -278,6 +304,7 @@ class TranscribeBatch:
         self.decode = None
         self.word_start = np.zeros(0, bool)  # by token id: whether the piece starts a word (chunks are joined there)
         self._readers: ThreadPoolExecutor | None = None  # reads chunks of `chunked_read` rows ahead of the encoder
+        self.row_phrases = _RowPhrasesOf()  # rows' own phrase lists (`phrases`), boosted where the plan says
         self._loading = _BackgroundLoad(lambda: load(model, plan.device), model.uri)
 
     def _ensure_loaded(self) -> None:
@@ -289,8 +316,8 @@ class TranscribeBatch:
         pieces = model.tokenizer.ids_to_pieces(range(model.tokenizer.vocab_size))
         self.word_start = np.array([piece.startswith("\u2581") for piece in pieces], dtype=bool)
         if not self.plan.writer_searches:
-            lm = load_fusion_model(self.plan, model, self.model_config.cache_dir)  # n-gram LM and/or phrases
-            self.decode = self.plan.build_decoder(model, lm)
+            self.row_phrases.parts = load_fusion_parts(self.plan, model, self.model_config.cache_dir)
+            self.decode = self.plan.build_decoder(model, self.plan.fusion_model(*self.row_phrases.parts))
         self.model = model
 
     def _chunks(self, num_samples: int, samples: np.ndarray | None = None, always: bool = False,
@@ -319,6 +346,11 @@ class TranscribeBatch:
         pieces: list[tuple[int, Chunk | None]] = []  # (row, chunk) decoded as one waveform; None: the whole row
         if rows:
             self._ensure_loaded()
+        sets: dict[int, PhraseSet] = {}  # rows listing phrases of their own, boosted in the ASR stage's decoders
+        if not self.plan.writer_searches:
+            sets, unusable = self.row_phrases.sets(table, rows, self.plan, self.model)
+            failed.update(unusable)
+            rows = [index for index in rows if index not in failed]
         sample_rate = self.model.sample_rate if rows else 1
         for index in rows:
             if chunked_read[index]:
@@ -367,13 +399,14 @@ class TranscribeBatch:
             np.add.at(padded, [pieces[i][0] for i in bucket],
                       padded_seconds(piece_s[bucket], [np.arange(len(bucket))]) / len(bucket))
             try:
-                for piece, result in zip(bucket, self._run([waveforms[i] for i in bucket])):
+                for piece, result in zip(bucket, self._run([waveforms[i] for i in bucket],
+                                                           [sets.get(pieces[i][0]) for i in bucket])):
                     results[piece] = result
             except Exception:
                 for piece in bucket:  # find the piece that fails; the others still get results
                     index = pieces[piece][0]
                     try:
-                        results[piece] = self._run([waveforms[piece]])[0]
+                        results[piece] = self._run([waveforms[piece]], [sets.get(index)])[0]
                     except Exception as error:
                         failed.setdefault(index, f"{uris[index]}: decoding failed ({type(error).__name__}: {error})")
         by_row: dict[int, list[tuple[Chunk | None, dict[str, Any]]]] = {}
@@ -464,14 +497,20 @@ class TranscribeBatch:
                 TOKEN_CONFIDENCE: hypothesis.confidence}
 
     @torch.no_grad()
-    def _run(self, waveforms: list[np.ndarray]) -> list[dict[str, Any]]:
+    def _run(self, waveforms: list[np.ndarray], sets: list[PhraseSet | None]) -> list[dict[str, Any]]:
+        """Waveforms, each with its row's phrase set (None: none; a chunk has its row's) -> their results."""
         audio, lengths = pad_waveforms(waveforms)
         encoder_output, encoder_lengths = self.model.encode(audio, lengths)
         if self.plan.writer_searches:
             return [{"compact": compact}
                     for compact in compact_ctc_log_probs(self.model, encoder_output, encoder_lengths, self.plan)]
+        if any(sets):  # the rows with phrases by a decoder of this batch's trees, the others by the actor's
+            hypotheses = self.row_phrases.get(self.plan, self.model).decode(
+                self.model, self.decode, encoder_output, encoder_lengths, sets)
+        else:
+            hypotheses = self.decode(encoder_output, encoder_lengths).to_list()
         return [{TOKENS: h.tokens, TOKEN_FRAMES: h.frame_indices, TOKEN_DURATIONS: h.durations, SCORE: h.score,
-                 TOKEN_CONFIDENCE: h.confidence} for h in self.decode(encoder_output, encoder_lengths).to_list()]
+                 TOKEN_CONFIDENCE: h.confidence} for h in hypotheses]
 
 
 class FinishAndWrite:
@@ -479,7 +518,8 @@ class FinishAndWrite:
     committed Parquet part -> a one-row summary of it.
 
     Reads the model's tokenizer, frame timing and head layout from its `.nemo` file (`load_layout`): no NeMo
-    import and no weights in this actor.
+    import and no weights in this actor. For `ctc_beam`, rows listing phrases of their own are searched with them
+    (`pipeline/row_phrases.py`).
     """
 
     def __init__(self, model: ModelConfig, plan: DecodingPlan, output: str, model_id: str,
@@ -490,6 +530,7 @@ class FinishAndWrite:
         self.model: AsrModel | ModelLayout | None = None
         self.search = None
         self.calibration: Calibration | None = None
+        self.row_phrases = _RowPhrasesOf()  # for ctc_beam: rows' own phrase lists, boosted in this stage's search
         self._loading = _BackgroundLoad(lambda: load(model, "cpu"), model.uri)
 
     def _ensure_loaded(self) -> None:
@@ -498,8 +539,8 @@ class FinishAndWrite:
         self.calibration = load_checked_calibration(self.model_config, self.plan)  # a wrong map stops the job
         self.model = self._loading.get()
         if self.plan.writer_searches:
-            lm = load_fusion_model(self.plan, self.model, self.model_config.cache_dir)  # n-gram LM and/or phrases
-            self.search = self.plan.build_writer_search(self.model, lm)
+            self.row_phrases.parts = load_fusion_parts(self.plan, self.model, self.model_config.cache_dir)
+            self.search = self.plan.build_writer_search(self.model, self.plan.fusion_model(*self.row_phrases.parts))
 
     def __call__(self, table: pa.Table) -> pa.Table:
         started = time.perf_counter()
@@ -509,10 +550,18 @@ class FinishAndWrite:
         if rows:
             self._ensure_loaded()
         if self.search is not None and rows:
+            sets, unusable = self.row_phrases.sets(table, rows, self.plan, self.model)
+            failed.update(unusable)
+            rows = [index for index in rows if index not in failed]
             vocab = self.model.ctc.vocab_size + 1
             compact = [(np.frombuffer(table.column(CTC_LOG_PROBS)[i].as_py(), np.float16).reshape(-1, vocab),
                         np.asarray(table.column(CTC_FRAMES)[i].as_py(), np.int64)) for i in rows]
-            for index, h in zip(rows, self.search(compact)):
+            if sets:  # the rows with phrases by a search of this batch's trees, the others by the actor's
+                found = self.row_phrases.get(self.plan, self.model).search(self.model, self.search, compact,
+                                                                          [sets.get(i) for i in rows])
+            else:
+                found = self.search(compact) if compact else []
+            for index, h in zip(rows, found):
                 hypotheses[index] = (h.tokens, h.frame_indices, h.durations, h.score, None)
         else:
             columns = [table.column(c).to_pylist()
@@ -548,7 +597,7 @@ class FinishAndWrite:
             schema.WORDS: words,
             schema.CONFIDENCE: confidence,
             schema.MODEL: [self.model_id] * table.num_rows,
-            schema.DECODING: [self.plan.description] * table.num_rows,
+            schema.DECODING: self._descriptions(table),
         })
         part = sink.write_part(self.output, output) if output.num_rows else ""
         statuses = table.column(schema.STATUS).to_pylist()
@@ -564,6 +613,16 @@ class FinishAndWrite:
             FINISH_S: [time.perf_counter() - started],
             COMMITTED_AT: [time.time()],
         })
+
+    def _descriptions(self, table: pa.Table) -> list[str]:
+        """The `decoding` column: the plan's description, and for a row boosted with phrases of its own, how many."""
+        descriptions = [self.plan.description] * table.num_rows
+        if self.plan.boosts_rows and schema.PHRASES in table.column_names:
+            for index, value in enumerate(table.column(schema.PHRASES).to_pylist()):
+                phrases = phrase_set(value)
+                if phrases:
+                    descriptions[index] = self.plan.row_description(len(phrases))
+        return descriptions
 
 
 def summarize(parts: list[dict[str, Any]], started_at: float) -> dict[str, Any]:

@@ -13,7 +13,11 @@ At the end of the utterance, a match in progress gives back the same way, down t
 
 It also satisfies the `LanguageModel` protocol (states are numbers given to prefixes as they are first met, 0 for
 the empty prefix) with the per-utterance helpers the CTC references use (`score`, `next_state`, `final`), so the
-reference decoders run with it as they do with an n-gram LM.
+reference decoders run with it as they do with an n-gram LM. `num_states` is a bound on those numbers (so that
+`WeightedSum` can pack its states with another model's: the job's list and a row's own, summed).
+
+Per-utterance phrase lists (`decoders/boosting_rows.py`) need no reference of their own: an utterance's reference
+is this, over its own phrases, run by the per-utterance reference decoders one utterance at a time.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from decoders.boosting import CONTEXT_SCORE, DEPTH_SCALING, depth_score
+from decoders.boosting import CONTEXT_SCORE, DEPTH_SCALING, WeightedSum, depth_score
 
 
 class ReferenceBoosting:
@@ -40,6 +44,7 @@ class ReferenceBoosting:
                 self.token_score[prefix] = max(self.token_score.get(prefix, score), score)
         self.prefixes: list[tuple[int, ...]] = [()]  # state number -> prefix
         self.number: dict[tuple[int, ...], int] = {(): 0}
+        self.num_states = 1 + sum(len(tokens) for tokens in sequences)  # at most one state per phrase token
         self._device = torch.device("cpu")
 
     # --- the definition -----------------------------------------------------------------------------------
@@ -133,3 +138,32 @@ class _Final:
 
     def __getitem__(self, state: int) -> float:
         return self.boosting.end(self.boosting.prefixes[int(state)])
+
+
+class ReferenceSum(WeightedSum):
+    """`WeightedSum` (two models as one, state `first * second.num_states + second`) with the per-utterance helpers
+    the CTC references read (`score`, `next_state`, `final`), for sums of references: an n-gram LM and a phrase
+    list, or the job's list and a row's own."""
+
+    def score(self, state: int, label: int) -> float:
+        first, second = divmod(int(state), self.second_states)
+        return self.first_weight * self.first.score(first, label) + self.second_weight * self.second.score(second,
+                                                                                                            label)
+
+    def next_state(self, state: int, label: int) -> int:
+        first, second = divmod(int(state), self.second_states)
+        return self.first.next_state(first, label) * self.second_states + self.second.next_state(second, label)
+
+    @property
+    def final(self) -> _SumFinal:
+        return _SumFinal(self)
+
+
+class _SumFinal:
+    def __init__(self, total: ReferenceSum) -> None:
+        self.total = total
+
+    def __getitem__(self, state: int) -> float:
+        first, second = divmod(int(state), self.total.second_states)
+        return (self.total.first_weight * float(self.total.first.final[first])
+                + self.total.second_weight * float(self.total.second.final[second]))
