@@ -42,9 +42,11 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
+from numba import njit
 from torch import Tensor
 
 from decoders.ngram.tensors import EMPTY_STATE, NgramTensors, advance_torch, walk_torch
@@ -333,6 +335,7 @@ class ResolvedArcs:
     labels: Tensor  # [R] long
     scores: Tensor  # [R] float32
     targets: Tensor  # [R] long
+    _arrays: tuple | None = field(default=None, compare=False, repr=False)  # numpy views for the compiled loop
 
     @classmethod
     def of(cls, tensors: NgramTensors) -> ResolvedArcs:
@@ -367,6 +370,16 @@ class ResolvedArcs:
         """In place: each row's resolved arcs written over scores and next_states [B, V], which hold what the
         root gives each label (its arc plus the backoff weights of the row's chain); returns them. A tensor of
         several trees fills them from each row's own tree's root (`decoders.boosting_rows`)."""
+        if states.shape[0] == 0:
+            return scores, next_states
+        if scores.dtype == torch.float32 and next_states.dtype == torch.long and scores.is_contiguous() \
+                and next_states.is_contiguous():  # a compiled loop over the few arcs of each row
+            if self._arrays is None:
+                object.__setattr__(self, "_arrays", tuple(np.ascontiguousarray(t.numpy()) for t in (
+                    self.offsets, self.labels, self.scores, self.targets)))
+            _overwrite_rows(np.ascontiguousarray(states.numpy(), dtype=np.int64), scores.numpy(), next_states.numpy(),
+                            *self._arrays)
+            return scores, next_states
         batch_size, vocab_size = scores.shape
         first = self.offsets[states]
         counts = self.offsets[states + 1] - first
@@ -378,6 +391,16 @@ class ResolvedArcs:
             scores.view(-1)[cells] = self.scores[arcs]
             next_states.view(-1)[cells] = self.targets[arcs]
         return scores, next_states
+
+
+@njit(cache=True, nogil=True)
+def _overwrite_rows(states, scores, next_states, offsets, labels, arc_scores, targets):
+    """`ResolvedArcs.overwrite_` as a loop: row b's resolved arcs over scores[b] and next_states[b]."""
+    for b in range(states.shape[0]):
+        state = states[b]
+        for arc in range(offsets[state], offsets[state + 1]):
+            scores[b, labels[arc]] = arc_scores[arc]
+            next_states[b, labels[arc]] = targets[arc]
 
 
 class WeightedSum:
