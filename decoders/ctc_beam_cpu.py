@@ -52,6 +52,7 @@ from decoders.ctc import check_ctc_inputs
 from decoders.ctc_beam import HASH_MULTIPLIER, CtcBeamConfig
 from decoders.fusion import check_lm_vocab_size, lm_for_fusion
 from decoders.hypotheses import BatchedHypotheses
+from decoders.ngram.compiled import fill_row
 from decoders.ngram.tensors import NgramTensors
 from decoders.protocols import LanguageModel
 
@@ -311,25 +312,8 @@ def _cached_lm_row(state, row_states, row_scores, row_next, row_clock, vocab_siz
     slot = row_clock[0] % row_states.shape[0]
     row_clock[0] += 1
     row_states[slot] = state
-    chain = np.empty(64, dtype=np.int64)
-    accumulated = np.empty(64, dtype=np.float32)
-    depth = 0
-    total = np.float32(0.0)
-    while state != 0:
-        chain[depth] = state
-        accumulated[depth] = total
-        depth += 1
-        total = total + backoff_weights[state]
-        state = backoff_targets[state]
-    for label in range(vocab_size):
-        row_scores[slot, label] = total + arc_weights[label]
-        row_next[slot, label] = arc_targets[label]
-    for level in range(depth - 1, -1, -1):
-        context = chain[level]
-        for arc in range(arc_offsets[context], arc_offsets[context + 1]):
-            label = arc_keys[arc] - context * vocab_size
-            row_scores[slot, label] = accumulated[level] + arc_weights[arc]
-            row_next[slot, label] = arc_targets[arc]
+    fill_row(state, row_scores[slot], row_next[slot], vocab_size, arc_offsets, arc_keys, arc_weights, arc_targets,
+             backoff_targets, backoff_weights)
     return slot
 
 
