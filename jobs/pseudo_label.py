@@ -143,7 +143,8 @@ def report_markdown(report: dict[str, Any]) -> str:
 
 def reason_kind(reason: str) -> str:
     """The filter a rejection reason names (for the report's counts)."""
-    for kind in ("error", "empty transcript", "no confidence", "duration", "confidence", "repetition"):
+    for kind in ("error", "empty transcript", "no confidence", "duration", "confidence", "heads disagree",
+                 "repetition"):
         if reason.startswith(kind):
             return kind
     return "characters/s"
@@ -169,6 +170,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-chars-per-s", type=float, default=filters.max_chars_per_s)
     p.add_argument("--max-repeats", type=int, default=filters.max_repeats,
                    help="a word n-gram repeated back to back more than this is rejected")
+    p.add_argument("--min-head-agreement", type=float, default=filters.min_head_agreement,
+                   help="a hybrid model (both heads): the share of words the other head's greedy text agrees on "
+                        f"(1 - WER between them) a kept utterance needs; 0 turns the second decode off "
+                        f"(default {filters.min_head_agreement:g})")
     p.add_argument("--cache-dir", default=defaults.model.cache_dir)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=defaults.resources.device)
     p.add_argument("--ray-address", help="Ray cluster (default: RAY_ADDRESS, else a private local Ray)")
@@ -193,15 +198,19 @@ def run(args: argparse.Namespace) -> int:
         raise LabelError("nothing to label: pass --manifest and/or --audio")
     try:
         filters = LabelFilters(args.min_confidence, args.min_duration_s, args.max_duration_s, args.min_chars_per_s,
-                               args.max_chars_per_s, args.max_repeats)
-        decoding = DecodingConfig(strategy=args.strategy, confidence=True, confidence_aggregation="mean",
-                                  confidence_calibration=args.confidence_calibration)
+                               args.max_chars_per_s, args.max_repeats, args.min_head_agreement)
     except ValueError as error:
         raise LabelError(str(error)) from None
     if "://" not in args.model and not Path(args.model).is_file():
         raise LabelError(f"no model at {args.model}: pass --model PATH_OR_URI (a NeMo .nemo file)")
     model_path = fetch_file(args.model, cache_dir=f"{args.cache_dir}/models")
     facts = read_model_facts(model_path)
+    try:  # the other head decoded beside the chosen one where the model has two and the filter is on
+        decoding = DecodingConfig(strategy=args.strategy, confidence=True, confidence_aggregation="mean",
+                                  confidence_calibration=args.confidence_calibration,
+                                  head_agreement=len(facts.heads) > 1 and filters.min_head_agreement > 0)
+    except ValueError as error:
+        raise LabelError(str(error)) from None
     try:
         plan_decoding(facts, decoding, model_name=args.model)
     except DecodingError as error:

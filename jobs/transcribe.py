@@ -139,6 +139,9 @@ def parser() -> argparse.ArgumentParser:
     conf = p.add_argument_group("confidence (greedy strategies; NeMo's ConfidenceConfig names and defaults)")
     conf.add_argument("--confidence", action="store_true", default=None,
                       help="fill words[].confidence and the utterance's `confidence` column")
+    conf.add_argument("--head-agreement", action="store_true", default=None,
+                      help="a hybrid model: also decode the other head greedily; its text in `second_head_text` and "
+                           "the heads' word agreement (1 - WER between them) in `head_agreement`")
     conf.add_argument("--confidence-method", choices=("max_prob", "entropy"),
                       help=f"the measure (default: {decoding.confidence_method})")
     conf.add_argument("--entropy-type", choices=("gibbs", "tsallis", "renyi"),
@@ -218,7 +221,7 @@ def config_from_args(args: argparse.Namespace) -> TranscribeJobConfig:
                 "confidence_alpha": args.confidence_alpha, "entropy_norm": args.entropy_norm,
                 "confidence_aggregation": args.confidence_aggregation,
                 "confidence_exclude_blank": args.confidence_exclude_blank,
-                "confidence_calibration": args.confidence_calibration,
+                "confidence_calibration": args.confidence_calibration, "head_agreement": args.head_agreement,
             },
             "long_audio": {"chunk_s": args.chunk_s, "overlap_s": args.overlap_s, "attention": args.attention,
                            "local_context": args.local_context},

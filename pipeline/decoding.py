@@ -85,6 +85,9 @@ class DecodingConfig:
     confidence_exclude_blank: bool = True
     # a map from this measure to P(word right), fitted for this model (pipeline/calibration.py); path or URI
     confidence_calibration: str | None = None
+    # a hybrid model's other head decoded greedily beside the chosen one: its text (`second_head_text`) and the two
+    # heads' word agreement (`head_agreement`) in the output, for filtering pseudo-labels
+    head_agreement: bool = False
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -223,6 +226,8 @@ class DecodingPlan:
     boost_weight: float = 0.0  # the effective weight of the job's phrase list: 0 when it has none
     # the weight of a row's own phrase list (the manifest's `phrases`): decoding.boost_weight; 0: lists ignored
     row_boost_weight: float = 0.0
+    # with decoding.head_agreement: the plan of the other head's greedy decoding (no LM, no confidence)
+    second_head: DecodingPlan | None = None
 
     @property
     def fuses_lm(self) -> bool:
@@ -320,8 +325,16 @@ def plan_decoding(facts: ModelFacts, config: DecodingConfig, device: str = "cpu"
         others = ", ".join(s for s in strategies_for(facts) if STRATEGIES[s].confidence)
         raise DecodingError(f"confidence is computed by the greedy strategies only so far, not {strategy.name!r} "
                             f"(use {others}, or leave --confidence off)")
+    second_head = None
+    if config.head_agreement:
+        if len(facts.heads) < 2:
+            raise DecodingError(f"head agreement compares a hybrid model's two heads; {model_name} ({facts.kind}) has "
+                                "one (leave --head-agreement off)")
+        other = "ctc_greedy" if head == "transducer" else "greedy"
+        second_head = plan_decoding(facts, DecodingConfig(strategy=other, use_cuda_graphs=config.use_cuda_graphs),
+                                    device, model_name)
     return DecodingPlan(
-        config=config, strategy=strategy, head=head,
+        config=config, strategy=strategy, head=head, second_head=second_head,
         confidence=config.confidence_config(),
         span_kind="ctc" if head == "ctc" else ("tdt" if facts.is_tdt else "rnnt"),
         device=device,
@@ -373,6 +386,8 @@ def describe(config: DecodingConfig) -> str:
                   if getattr(config, name) != DECODING_DEFAULTS[name]]
     if config.phrases_uri:
         parts += [f"phrases={redact(config.phrases_uri)}", f"boost_weight={config.boost_weight:g}"]
+    if config.head_agreement:
+        parts.append("head_agreement")
     if config.confidence:
         measure = (config.confidence_method if config.confidence_method == "max_prob"
                    else f"{config.entropy_type}-{config.entropy_norm}")

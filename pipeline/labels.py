@@ -2,8 +2,9 @@
 
 `judge` gives the reason an utterance is rejected (None: kept), from its transcript row (`schema.OUTPUT_SCHEMA`)
 and `LabelFilters`, checked in this order: an error row; an empty transcript; duration out of range; the
-utterance confidence below `min_confidence`; characters per second out of range (too many: the model wrote
-text the audio cannot hold; too few: it dropped speech); a word n-gram repeated back to back more than
+utterance confidence below `min_confidence`; a hybrid model's two heads agreeing on fewer than `min_head_agreement`
+of the words (where the transcripts hold `head_agreement`); characters per second out of range (too many: the model
+wrote text the audio cannot hold; too few: it dropped speech); a word n-gram repeated back to back more than
 `max_repeats` times (a decoding loop, the usual hallucination).
 
 Manifests: `nemo_line` (NeMo JSON-lines: `audio_filepath`, `duration`, `offset` where not 0, `text` = the
@@ -37,6 +38,8 @@ class LabelFilters:
     min_chars_per_s: float = 2.0
     max_chars_per_s: float = 30.0
     max_repeats: int = 3  # a word n-gram (n <= 4) repeated back to back more than this: rejected
+    # a hybrid model's heads (`head_agreement`: 1 - the WER between their texts) below this: rejected
+    min_head_agreement: float = 0.5
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_confidence <= 1.0:
@@ -47,6 +50,8 @@ class LabelFilters:
         if not 0 <= self.min_chars_per_s < self.max_chars_per_s:
             raise ValueError(f"need 0 <= min_chars_per_s < max_chars_per_s, got {self.min_chars_per_s}, "
                              f"{self.max_chars_per_s}")
+        if not 0.0 <= self.min_head_agreement <= 1.0:
+            raise ValueError(f"min_head_agreement must lie in [0, 1], got {self.min_head_agreement}")
         if self.max_repeats < 1:
             raise ValueError(f"max_repeats must be >= 1, got {self.max_repeats}")
 
@@ -84,6 +89,10 @@ def judge(row: dict[str, Any], filters: LabelFilters) -> str | None:
         return "no confidence (the decoding gave none)"
     if confidence < filters.min_confidence:
         return f"confidence {confidence:.3f} < {filters.min_confidence:g}"
+    agreement = row.get(schema.HEAD_AGREEMENT)
+    if agreement is not None and agreement < filters.min_head_agreement:
+        return (f"heads disagree: agreement {agreement:.2f} < {filters.min_head_agreement:g} (the other head: "
+                f"{row.get(schema.SECOND_HEAD_TEXT)!r})")
     rate = len(text.replace(" ", "")) / duration
     if not filters.min_chars_per_s <= rate <= filters.max_chars_per_s:
         return f"{rate:.1f} characters/s outside [{filters.min_chars_per_s:g}, {filters.max_chars_per_s:g}]"

@@ -147,3 +147,15 @@ def recognize(
         else:
             waveforms, lengths = pad_waveforms(waveforms)
     return GreedyRecognizer(model, head, config)(waveforms, lengths)
+
+
+def head_agreement(text: str, other: str) -> float:
+    """How far a hybrid model's other head agrees with the chosen head's `text`: 1 - the word error rate of `other`
+    against `text` (jiwer), floored at 0; 1 where both are empty, 0 where only one is."""
+    import jiwer
+
+    words, other_words = text.split(), other.split()
+    if not words or not other_words:
+        return float(not words and not other_words)
+    return max(0.0, 1.0 - jiwer.wer(" ".join(words), " ".join(other_words)))
+

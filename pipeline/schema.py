@@ -40,6 +40,10 @@ CONFIDENCE = "confidence"  # the utterance's: the aggregate of its words' confid
 WORDS = "words"  # list of {word, start, end, confidence}, seconds from the start of the utterance
 MODEL = "model"
 DECODING = "decoding"
+# decoding.head_agreement (a hybrid model): the other head's greedy text, and the share of the chosen text's words
+# it agrees with (1 - their word error rate, floored at 0); null where not asked
+SECOND_HEAD_TEXT = "second_head_text"
+HEAD_AGREEMENT = "head_agreement"
 
 PHRASE_TYPE = pa.struct([pa.field("text", pa.string()), pa.field("weight", pa.float64())])
 
@@ -63,6 +67,7 @@ SCORE = "score"
 TOKEN_CONFIDENCE = "token_confidence"  # per token, where the plan asks for confidence
 CTC_LOG_PROBS = "ctc_log_probs"  # float16 bytes of [T', V] (a writer-stage search: ctc_beam)
 CTC_FRAMES = "ctc_frames"  # original frame of each of the T' frames (likewise)
+SECOND_TOKENS = "second_tokens"  # decoding.head_agreement: the other head's tokens
 
 # the summary row the writer stage returns per committed part
 PART = "part"
@@ -77,7 +82,7 @@ _TYPES = {  # every column that rows carry from the manifests to the output, and
     UTTERANCE_ID: pa.string(), MANIFEST: pa.string(), LINE: pa.int64(), SOURCE_ID: pa.string(),
     AUDIO_FILEPATH: pa.string(), OFFSET: pa.float64(), DURATION: pa.float64(), CHANNEL: pa.int64(),
     AUDIO_DURATION: pa.float64(), REFERENCE_TEXT: pa.string(), EXTRA: pa.string(), TEXT: pa.string(),
-    WORDS: pa.list_(WORD_TYPE), CONFIDENCE: pa.float64(),
+    WORDS: pa.list_(WORD_TYPE), CONFIDENCE: pa.float64(), SECOND_HEAD_TEXT: pa.string(), HEAD_AGREEMENT: pa.float64(),
     STATUS: pa.string(), ERROR: pa.string(), MODEL: pa.string(), DECODING: pa.string(),
     PHRASES: pa.list_(PHRASE_TYPE),  # between stages only: the output keeps the manifest's `phrases` in `extra`
 }
@@ -89,5 +94,6 @@ INPUT_SCHEMA = pa.schema([pa.field(name, _TYPES[name]) for name in INPUT_COLUMNS
 OUTPUT_SCHEMA = pa.schema([
     pa.field(name, _TYPES[name], nullable=name not in _REQUIRED)
     for name in (UTTERANCE_ID, MANIFEST, LINE, SOURCE_ID, AUDIO_FILEPATH, OFFSET, DURATION, CHANNEL, AUDIO_DURATION,
-                 REFERENCE_TEXT, EXTRA, TEXT, WORDS, CONFIDENCE, STATUS, ERROR, MODEL, DECODING)
+                 REFERENCE_TEXT, EXTRA, TEXT, WORDS, CONFIDENCE, SECOND_HEAD_TEXT, HEAD_AGREEMENT, STATUS, ERROR, MODEL,
+                 DECODING)
 ])

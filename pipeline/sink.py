@@ -233,7 +233,7 @@ def is_complete(output_uri: str) -> bool:
 def read_output(output_uri: str, columns: list[str] | None = None) -> pa.Table:
     """Every committed row, `columns` only if given (all columns: for tests and small outputs)."""
     tables = [table for _, table in read_parts(output_uri, columns)]
-    if tables:
-        return pa.concat_tables(tables)
+    if tables:  # parts written before a column was added lack it: null there
+        return pa.concat_tables(tables, promote_options="default")
     empty = schema.OUTPUT_SCHEMA.empty_table()
     return empty.select(columns) if columns is not None else empty

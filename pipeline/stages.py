@@ -47,7 +47,7 @@ from pipeline.fetch import fetch_file, file_sha256
 from pipeline.manifest import read_manifest
 from pipeline.nemo_file import LayoutUnavailable, ModelLayout, read_model_layout
 from pipeline.nemo_model import AsrModel, load_asr_model
-from pipeline.recognize import pad_waveforms, transcript_of
+from pipeline.recognize import head_agreement, pad_waveforms, transcript_of
 from pipeline.redact import redact
 from pipeline.row_phrases import PhraseSet, RowPhrases, check_phrases, phrase_set
 from pipeline.schema import (
@@ -65,6 +65,7 @@ from pipeline.schema import (
     ROWS_OK,
     SAMPLES,
     SCORE,
+    SECOND_TOKENS,
     TOKEN_CONFIDENCE,
     TOKEN_DURATIONS,
     TOKEN_FRAMES,
@@ -75,6 +76,7 @@ ModelLoader = Callable[[ModelConfig, str], AsrModel]
 MIN_CHUNK_S = 2.0  # a long recording is cut at the first pause this far into a chunk (pipeline/chunks.py)
 ENERGY_FRAMES_PER_S = 100  # LoadAudio measures the energy of long recordings per 10 ms
 CHUNK_READ_THREADS = 4  # chunks of long recordings read at once by an ASR actor, ahead of the encoder
+SECOND = "second"  # a decoded piece's (tokens, frames) of the other head (decoding.head_agreement), before merging
 
 
 def load_model(model: ModelConfig, device: str) -> AsrModel:
@@ -302,6 +304,7 @@ class TranscribeBatch:
         self.long_audio, self.limits = long_audio or LongAudioConfig(), limits or InputConfig()
         self.model: AsrModel | None = None
         self.decode = None
+        self.second_decode = None  # decoding.head_agreement: the other head's greedy decoder
         self.word_start = np.zeros(0, bool)  # by token id: whether the piece starts a word (chunks are joined there)
         self._readers: ThreadPoolExecutor | None = None  # reads chunks of `chunked_read` rows ahead of the encoder
         self.row_phrases = _RowPhrasesOf()  # rows' own phrase lists (`phrases`), boosted where the plan says
@@ -318,6 +321,8 @@ class TranscribeBatch:
         if not self.plan.writer_searches:
             self.row_phrases.parts = load_fusion_parts(self.plan, model, self.model_config.cache_dir)
             self.decode = self.plan.build_decoder(model, self.plan.fusion_model(*self.row_phrases.parts))
+        if self.plan.second_head is not None:
+            self.second_decode = self.plan.second_head.build_decoder(model)
         self.model = model
 
     def _chunks(self, num_samples: int, samples: np.ndarray | None = None, always: bool = False,
@@ -426,7 +431,8 @@ class TranscribeBatch:
         for name, kind in ((TOKENS, pa.list_(pa.int64())), (TOKEN_FRAMES, pa.list_(pa.int64())),
                            (TOKEN_DURATIONS, pa.list_(pa.int64())), (SCORE, pa.float64()),
                            (TOKEN_CONFIDENCE, pa.list_(pa.float64())),
-                           (CTC_LOG_PROBS, pa.large_binary()), (CTC_FRAMES, pa.list_(pa.int32()))):
+                           (CTC_LOG_PROBS, pa.large_binary()), (CTC_FRAMES, pa.list_(pa.int32())),
+                           (SECOND_TOKENS, pa.list_(pa.int64()))):
             table = _set(table, name, pa.array([merged.get(i, empty).get(name) for i in range(table.num_rows)],
                                                type=kind))
         return table
@@ -473,44 +479,57 @@ class TranscribeBatch:
 
     def _nothing(self) -> dict[str, Any]:
         """The result of a chunk with no audio (past the end of what its recording holds)."""
+        second = {SECOND: ([], [])} if self.second_decode is not None else {}
         if self.plan.writer_searches:
-            return {"compact": (np.zeros((0, self.model.ctc.vocab_size + 1), np.float16), np.zeros(0, np.int32))}
+            return {"compact": (np.zeros((0, self.model.ctc.vocab_size + 1), np.float16), np.zeros(0, np.int32)),
+                    **second}
         return {TOKENS: [], TOKEN_FRAMES: [], TOKEN_DURATIONS: [] if self.plan.span_kind == "tdt" else None,
-                SCORE: 0.0, TOKEN_CONFIDENCE: [] if self.plan.config.confidence else None}
+                SCORE: 0.0, TOKEN_CONFIDENCE: [] if self.plan.config.confidence else None, **second}
 
     def _merge(self, pieces: list[tuple[Chunk | None, dict[str, Any]]]) -> dict[str, Any]:
         """One row's decoded pieces -> its result columns (a whole row's as they are; chunks merged)."""
         chunks = [chunk for chunk, _ in pieces]
+        second = {}
+        if self.second_decode is not None:  # the other head's tokens, merged as the chosen head's are
+            if chunks == [None]:
+                second = {SECOND_TOKENS: pieces[0][1][SECOND][0]}
+            else:
+                second = {SECOND_TOKENS: merge_tokens(chunks, [ChunkTokens(r[SECOND][0], r[SECOND][1], None, None, 0.0)
+                                                               for _, r in pieces], self.word_start).tokens}
         if self.plan.writer_searches:
             if chunks == [None]:
                 values, frames = pieces[0][1]["compact"]
             else:
                 values, frames = merge_compact_ctc(chunks, [result["compact"] for _, result in pieces])
-            return {CTC_LOG_PROBS: values.tobytes(), CTC_FRAMES: frames}
+            return {CTC_LOG_PROBS: values.tobytes(), CTC_FRAMES: frames, **second}
         if chunks == [None]:
-            return pieces[0][1]
+            return {**pieces[0][1], **second}
         hypothesis = merge_tokens(chunks, [ChunkTokens(r[TOKENS], r[TOKEN_FRAMES], r[TOKEN_DURATIONS],
                                                        r[TOKEN_CONFIDENCE], r[SCORE]) for _, r in pieces],
                                   self.word_start)
         return {TOKENS: hypothesis.tokens, TOKEN_FRAMES: hypothesis.frame_indices,
                 TOKEN_DURATIONS: hypothesis.durations, SCORE: hypothesis.score,
-                TOKEN_CONFIDENCE: hypothesis.confidence}
+                TOKEN_CONFIDENCE: hypothesis.confidence, **second}
 
     @torch.no_grad()
     def _run(self, waveforms: list[np.ndarray], sets: list[PhraseSet | None]) -> list[dict[str, Any]]:
         """Waveforms, each with its row's phrase set (None: none; a chunk has its row's) -> their results."""
         audio, lengths = pad_waveforms(waveforms)
         encoder_output, encoder_lengths = self.model.encode(audio, lengths)
+        seconds = [{}] * len(waveforms)
+        if self.second_decode is not None:  # the other head, greedy, on the same encoder output
+            seconds = [{SECOND: (h.tokens, h.frame_indices)}
+                       for h in self.second_decode(encoder_output, encoder_lengths).to_list()]
         if self.plan.writer_searches:
-            return [{"compact": compact}
-                    for compact in compact_ctc_log_probs(self.model, encoder_output, encoder_lengths, self.plan)]
+            return [{"compact": compact, **second} for compact, second in zip(
+                compact_ctc_log_probs(self.model, encoder_output, encoder_lengths, self.plan), seconds)]
         if any(sets):  # the rows with phrases by a decoder of this batch's trees, the others by the actor's
             hypotheses = self.row_phrases.get(self.plan, self.model).decode(
                 self.model, self.decode, encoder_output, encoder_lengths, sets)
         else:
             hypotheses = self.decode(encoder_output, encoder_lengths).to_list()
         return [{TOKENS: h.tokens, TOKEN_FRAMES: h.frame_indices, TOKEN_DURATIONS: h.durations, SCORE: h.score,
-                 TOKEN_CONFIDENCE: h.confidence} for h in hypotheses]
+                 TOKEN_CONFIDENCE: h.confidence, **second} for h, second in zip(hypotheses, seconds)]
 
 
 class FinishAndWrite:
@@ -585,9 +604,11 @@ class FinishAndWrite:
             word_confidence = word_confidence or [None] * len(transcript.words)
             words[index] = [{"word": w.text, "start": w.start_s, "end": w.end_s, "confidence": c}
                             for w, c in zip(transcript.words, word_confidence)]
+        second_texts, agreements = self._second_head(table, texts, failed)
         table = _fail(table, failed)
         for index in failed:
             texts[index], words[index], confidence[index] = None, None, None
+            second_texts[index] = agreements[index] = None
         output = sink.to_output_table({
             **{name: table.column(name) for name in schema.INPUT_COLUMNS},
             **{name: [redact(value) if value else value for value in table.column(name).to_pylist()]
@@ -596,6 +617,8 @@ class FinishAndWrite:
             schema.TEXT: texts,
             schema.WORDS: words,
             schema.CONFIDENCE: confidence,
+            schema.SECOND_HEAD_TEXT: second_texts,
+            schema.HEAD_AGREEMENT: agreements,
             schema.MODEL: [self.model_id] * table.num_rows,
             schema.DECODING: self._descriptions(table),
         })
@@ -613,6 +636,20 @@ class FinishAndWrite:
             FINISH_S: [time.perf_counter() - started],
             COMMITTED_AT: [time.time()],
         })
+
+    def _second_head(self, table: pa.Table, texts: list[str | None], failed: dict[int, str]
+                     ) -> tuple[list[str | None], list[float | None]]:
+        """decoding.head_agreement: each row's text from the other head, and its agreement with `texts`."""
+        second_texts: list[str | None] = [None] * table.num_rows
+        agreements: list[float | None] = [None] * table.num_rows
+        if self.plan.second_head is None or SECOND_TOKENS not in table.column_names:
+            return second_texts, agreements
+        for index, tokens in enumerate(table.column(SECOND_TOKENS).to_pylist()):
+            if tokens is None or texts[index] is None or index in failed:
+                continue
+            second_texts[index] = self.model.tokenizer.ids_to_text(tokens)
+            agreements[index] = head_agreement(texts[index], second_texts[index])
+        return second_texts, agreements
 
     def _descriptions(self, table: pa.Table) -> list[str]:
         """The `decoding` column: the plan's description, and for a row boosted with phrases of its own, how many."""

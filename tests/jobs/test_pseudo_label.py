@@ -182,3 +182,11 @@ def test_the_filters_say_why():
         "repetition: 'turn on the light' 4 times in a row")
     assert longest_repeat("a b a b c".split()) == (2, "a b")
     assert judge({**row, "confidence": None}, filters).startswith("no confidence")
+    # a hybrid model's heads: agreement below the threshold is a reason, naming the other head's text; rows without
+    # the column (one head, or the filter off) are not judged on it
+    assert judge({**row, "head_agreement": 0.25, "second_head_text": "turn of delight"}, filters) == (
+        "heads disagree: agreement 0.25 < 0.5 (the other head: 'turn of delight')")
+    assert judge({**row, "head_agreement": 0.5}, filters) is None
+    assert judge({**row, "head_agreement": 0.0}, LabelFilters(min_confidence=0.5, min_head_agreement=0.0)) is None
+    with pytest.raises(ValueError, match="min_head_agreement"):
+        LabelFilters(min_head_agreement=1.5)

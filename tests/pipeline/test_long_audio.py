@@ -133,6 +133,22 @@ def test_every_strategy_decodes_a_chunked_recording(model, recording, tmp_path, 
     assert len(text.split()) > 40
 
 
+def test_the_other_heads_chunks_are_merged_like_the_chosen_heads(model, recording, tmp_path):
+    """decoding.head_agreement on a chunked row: the other head's (CTC greedy) tokens come merged over the whole
+    recording, and agree with the chosen head's about as well as on the utterances (the bundled model's heads)."""
+    from pipeline.recognize import head_agreement
+
+    path, samples, _ = recording
+    table = rows(tmp_path, [{"audio_filepath": str(path), "duration": len(samples) / RATE}])
+    plan = plan_decoding(read_model_facts(str(BUNDLED_MODEL)), DecodingConfig(head_agreement=True))
+    audio = stages.LoadAudio(RATE, long_audio=CHUNKS)(table)
+    decoded = stages.TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(), long_audio=CHUNKS,
+                                     load=lambda *_: model)(audio)
+    second = model.tokenizer.ids_to_text(decoded.column(schema.SECOND_TOKENS)[0].as_py())
+    assert len(second.split()) > 40
+    assert head_agreement(decoded_text(model, decoded, plan), second) > 0.5
+
+
 def test_a_manifest_duration_longer_than_the_audio_gives_what_is_there(model, recording, tmp_path):
     path, samples, _ = recording
     table = rows(tmp_path, [{"audio_filepath": str(path), "duration": 3 * len(samples) / RATE}])

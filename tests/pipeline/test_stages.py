@@ -15,7 +15,7 @@ import pytest
 
 from pipeline import schema, sink, stages
 from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig
-from pipeline.decoding import compact_ctc_log_probs, describe, plan_decoding
+from pipeline.decoding import DecodingError, compact_ctc_log_probs, describe, plan_decoding
 from pipeline.manifest import read_manifest
 from pipeline.nemo_file import read_model_facts
 from pipeline.recognize import pad_waveforms, recognize, transcript_of
@@ -232,6 +232,46 @@ def test_ctc_beam_runs_on_compact_log_probs_like_in_process(rows, model_config, 
         assert [(w["word"], w["start"], w["end"]) for w in results[str(path)][schema.WORDS]] == [
             (w.text, w.start_s, w.end_s) for w in expected.words]
     assert collapsed_frames > 0  # the collapse did drop frames, and timestamps still came out in original frames
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "ctc_beam"])
+def test_head_agreement_writes_the_other_heads_greedy_text_and_the_agreement(rows, model_config, nemo_assets,
+                                                                              strategy, tmp_path):
+    """With decoding.head_agreement, each ok row holds the other head's greedy text as in-process greedy of that head
+    gives it, and 1 - WER between the two texts; error rows and runs without it hold nulls."""
+    import jiwer
+
+    decoding = DecodingConfig(strategy=strategy, head_agreement=True)
+    run_stages(rows, model_config, decoding, tmp_path / "out")
+    table = sink.read_output(str(tmp_path / "out")).to_pylist()
+    model = LOAD(model_config, "cpu")
+    results = {r[schema.AUDIO_FILEPATH]: r for r in table if r[schema.STATUS] == schema.STATUS_OK}
+    assert len(results) == 8
+    other = "ctc" if strategy == "greedy" else "transducer"
+    agreements = []
+    for path, waveform in zip(nemo_assets["files"], nemo_assets["waveforms"]):
+        row = results[str(path)]
+        assert row[schema.SECOND_HEAD_TEXT] == recognize(model, [waveform], head=other)[0].text
+        expected = 1.0 - jiwer.wer(row[schema.TEXT], row[schema.SECOND_HEAD_TEXT]) if row[schema.TEXT] else None
+        assert row[schema.HEAD_AGREEMENT] == pytest.approx(max(0.0, expected)), (row[schema.TEXT],
+                                                                                  row[schema.SECOND_HEAD_TEXT])
+        assert "head_agreement" in row[schema.DECODING]
+        agreements.append(row[schema.HEAD_AGREEMENT])
+    assert all(0.0 <= a <= 1.0 for a in agreements)
+    assert all(r[schema.HEAD_AGREEMENT] is None and r[schema.SECOND_HEAD_TEXT] is None
+               for r in table if r[schema.STATUS] == schema.STATUS_ERROR)
+    with pytest.raises(DecodingError, match="hybrid"):
+        plan_decoding(read_model_facts(str(nemo_assets["checkpoints"]["ctc"])), decoding)
+
+
+def test_head_agreement_is_one_minus_the_word_error_rate_floored_at_zero():
+    from pipeline.recognize import head_agreement
+
+    assert head_agreement("call rachel green now", "call rachel green now") == 1.0
+    assert head_agreement("call rachel green now", "call rachel grin now") == 0.75
+    assert head_agreement("call rachel", "call rachel green now") == 0.0  # two insertions in two words
+    assert head_agreement("a b c d", "a b c") == 0.75
+    assert head_agreement("", "") == 1.0 and head_agreement("", "x") == 0.0 and head_agreement("x", "") == 0.0
 
 
 def test_a_failing_bucket_is_retried_row_by_row(rows, model_config):
