@@ -75,7 +75,7 @@ class DecodingConfig:
     ctc_insertion_bonus: float = 0.0  # ctc_beam: added per label
     ctc_beam_threshold: float = 20.0  # ctc_beam: drop candidates this far below the best
     use_cuda_graphs: bool = True  # transducer greedy and beam loops replay CUDA graphs on a GPU
-    # word and utterance confidence (greedy strategies), with NeMo's ConfidenceConfig names and defaults
+    # word and utterance confidence (greedy strategies and ctc_beam), with NeMo's ConfidenceConfig names and defaults
     confidence: bool = False
     confidence_method: Literal["max_prob", "entropy"] = "entropy"
     entropy_type: Literal["gibbs", "tsallis", "renyi"] = "tsallis"
@@ -187,7 +187,7 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
              beam=True, windowed=True, takes_tdt=False, fusion_settings=_TRANSDUCER_BEAM_FUSION),
     Strategy("ctc_greedy", "greedy decoding of the CTC head", head="ctc", confidence=True),
     Strategy("ctc_beam", "blank collapse on the ASR actors, CTC prefix beam search on the writer actors",
-             head="ctc", beam=True, writer_searches=True,
+             head="ctc", beam=True, writer_searches=True, confidence=True,
              search_settings=("ctc_insertion_bonus", "ctc_beam_threshold")),
 )}
 
@@ -321,9 +321,13 @@ def plan_decoding(facts: ModelFacts, config: DecodingConfig, device: str = "cpu"
         others = ", ".join(s for s in strategies_for(facts) if (STRATEGIES[s].head or facts.heads[0]) == head)
         raise DecodingError(f"decoding strategy {strategy.name!r} supports RNN-T only; {model_name} is TDT "
                             f"(use {others})")
+    if config.confidence and strategy.writer_searches and not config.confidence_exclude_blank:
+        raise DecodingError(f"{strategy.name} measures each token's confidence on the frame that emits it; "
+                            "--confidence-exclude-blank off (blank frames folded in) is for the greedy strategies")
     if config.confidence and not strategy.confidence:
         others = ", ".join(s for s in strategies_for(facts) if STRATEGIES[s].confidence)
-        raise DecodingError(f"confidence is computed by the greedy strategies only so far, not {strategy.name!r} "
+        raise DecodingError(f"confidence is computed by the greedy strategies only so far (and ctc_beam), not "
+                            f"{strategy.name!r} "
                             f"(use {others}, or leave --confidence off)")
     second_head = None
     if config.head_agreement:
@@ -646,6 +650,7 @@ class _CompactCtcBeamSearch:
 
         config = plan.config
         self.num_labels = model.ctc.vocab_size + 1
+        self.confidence = plan.confidence
         compiled = lm is None or isinstance(getattr(lm, "tensors", None), NgramTensors)
         search = CpuCtcBeamSearch if compiled else CtcBeamSearch
         self.search = search(model.ctc.blank_id, CtcBeamConfig(
@@ -664,8 +669,16 @@ class _CompactCtcBeamSearch:
         log_probs = torch.zeros(len(compact), max(int(lengths.max()), 1), self.num_labels)
         for b, (values, _) in enumerate(compact):
             log_probs[b, : len(values)] = torch.from_numpy(np.asarray(values, dtype=np.float32))
-        return [dataclasses.replace(hypothesis, frame_indices=[int(frames[f]) for f in hypothesis.frame_indices])
-                for hypothesis, (_, frames) in zip(self.search(log_probs, lengths).to_list(), compact)]
+        found = self.search(log_probs, lengths).to_list()
+        confidence: list[list[float] | None] = [None] * len(found)
+        if self.confidence is not None:  # each token's emission frame, measured as CTC greedy measures a frame
+            from decoders.confidence import token_confidence
+
+            confidence = [token_confidence(log_probs[b, list(h.frame_indices)], self.confidence).tolist()
+                          for b, h in enumerate(found)]
+        return [dataclasses.replace(hypothesis, frame_indices=[int(frames[f]) for f in hypothesis.frame_indices],
+                                    confidence=token_conf)
+                for hypothesis, (_, frames), token_conf in zip(found, compact, confidence)]
 
 
 def decode_in_process(model: AsrModel, plan: DecodingPlan,

@@ -581,7 +581,7 @@ class FinishAndWrite:
             else:
                 found = self.search(compact) if compact else []
             for index, h in zip(rows, found):
-                hypotheses[index] = (h.tokens, h.frame_indices, h.durations, h.score, None)
+                hypotheses[index] = (h.tokens, h.frame_indices, h.durations, h.score, h.confidence)
         else:
             columns = [table.column(c).to_pylist()
                        for c in (TOKENS, TOKEN_FRAMES, TOKEN_DURATIONS, SCORE, TOKEN_CONFIDENCE)]

@@ -274,6 +274,34 @@ def test_head_agreement_is_one_minus_the_word_error_rate_floored_at_zero():
     assert head_agreement("", "") == 1.0 and head_agreement("", "x") == 0.0 and head_agreement("x", "") == 0.0
 
 
+def test_ctc_beam_confidence_measures_each_tokens_emission_frame(rows, model_config, nemo_assets, tmp_path):
+    """ctc_beam with confidence: a token's confidence is the measure of the CTC distribution on the frame that emits
+    it (the compact float16 copy the writer searches), words and utterance aggregated as for greedy."""
+    from decoders.confidence import token_confidence
+
+    decoding = DecodingConfig(strategy="ctc_beam", beam_size=4, confidence=True, confidence_aggregation="mean")
+    run_stages(rows, model_config, decoding, tmp_path / "out")
+    results = {r[schema.AUDIO_FILEPATH]: r for r in sink.read_output(str(tmp_path / "out")).to_pylist()}
+    model = LOAD(model_config, "cpu")
+    ctc_beam = plan(model_config, decoding)
+    search = ctc_beam.build_writer_search(model)
+    measured = 0
+    for path, waveform in zip(nemo_assets["files"], nemo_assets["waveforms"]):
+        audio, lengths = pad_waveforms([waveform])
+        encoder_output, encoder_lengths = model.encode(audio, lengths)
+        (h,) = search(compact_ctc_log_probs(model, encoder_output, encoder_lengths, ctc_beam))
+        full = model.ctc.log_probs(encoder_output)[0]  # every frame, float32: the frames the tokens stand at
+        expected = token_confidence(full[h.frame_indices], ctc_beam.confidence).tolist() if h.tokens else []
+        assert h.confidence == pytest.approx(expected, abs=5e-3)  # the search reads float16 log-probs
+        row = results[str(path)]
+        words = transcript_of(model, "ctc", h.tokens, h.frame_indices, None, h.score, h.confidence, "mean")
+        assert [w["confidence"] for w in row[schema.WORDS]] == pytest.approx(words.word_confidence, abs=1e-6)
+        measured += len(h.tokens)
+    assert measured > 0
+    with pytest.raises(DecodingError, match="emits it"):
+        plan(model_config, DecodingConfig(strategy="ctc_beam", confidence=True, confidence_exclude_blank=False))
+
+
 def test_a_failing_bucket_is_retried_row_by_row(rows, model_config):
     audio = stages.LoadAudio(sample_rate=16000)(rows)
     stage = stages.TranscribeBatch(model_config, plan(model_config), ResourcesConfig(batch_audio_s=1000),
