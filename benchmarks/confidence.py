@@ -66,7 +66,8 @@ MEASURES = [
 ]
 QUICK_MEASURES = ("max_prob a=1", "tsallis-exp a=0.33", "shannon-lin a=1")
 DEFAULT_MEASURE = "tsallis-exp a=0.33"  # NeMo's and ours
-HEADS = {"greedy": "transducer", "ctc_greedy": "ctc", "ctc_beam": "ctc beam"}  # NeMo has no CTC beam confidence
+# the decodings measured, by their table name; NeMo's peer rows for the greedy ones (it has no beam confidence)
+HEADS = {"greedy": "transducer", "alsd": "transducer alsd", "ctc_greedy": "ctc", "ctc_beam": "ctc beam"}
 
 
 # --- labels and metrics ------------------------------------------------------------------------------------
@@ -231,7 +232,7 @@ def main() -> int:
                                               measure_of(plan_decoding(model.facts, decoding)))
                 calibration.save(args.write_calibration)
                 print(f"wrote the {DEFAULT_KIND} map of {calibration.measure!r} to {args.write_calibration}")
-        if not args.no_nemo and strategy != "ctc_beam":
+        if not args.no_nemo and strategy in ("greedy", "ctc_greedy"):
             head = HEADS[strategy]
             nemo_dev = nemo_words(model, head, dev_audio, dev.references)
             nemo_test = nemo_words(model, head, test_audio, test.references)

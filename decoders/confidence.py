@@ -104,6 +104,17 @@ def token_confidence(log_probs: Tensor, config: ConfidenceConfig | ConfidenceMet
     return (power_sum ** (1.0 / (a - 1.0)) * v - 1.0) / (v - 1.0)
 
 
+def step_confidence(logits: Tensor, num_labels: int, config: ConfidenceConfig, with_durations: bool = False) -> Tensor:
+    """A transducer step's joint logits [..., V (+N)] -> its confidence [...]: the measure of the label
+    distribution, and for TDT with `tdt_include_duration` that of the duration distribution aggregated with it
+    (NeMo normalises both by the V labels)."""
+    confidence = token_confidence(torch.log_softmax(logits[..., :num_labels], dim=-1), config, num_labels)
+    if with_durations and config.tdt_include_duration:
+        durations = token_confidence(torch.log_softmax(logits[..., num_labels:], dim=-1), config, num_labels)
+        confidence = aggregate_pair(config.aggregation, confidence, durations)
+    return confidence
+
+
 # --- aggregation -----------------------------------------------------------------------------------------
 _IDENTITY = {"min": math.inf, "max": -math.inf, "prod": 1.0, "mean": 0.0}
 

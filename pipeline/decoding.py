@@ -75,7 +75,7 @@ class DecodingConfig:
     ctc_insertion_bonus: float = 0.0  # ctc_beam: added per label
     ctc_beam_threshold: float = 20.0  # ctc_beam: drop candidates this far below the best
     use_cuda_graphs: bool = True  # transducer greedy and beam loops replay CUDA graphs on a GPU
-    # word and utterance confidence (greedy strategies and ctc_beam), with NeMo's ConfidenceConfig names and defaults
+    # word and utterance confidence (every strategy), with NeMo's ConfidenceConfig names and defaults
     confidence: bool = False
     confidence_method: Literal["max_prob", "entropy"] = "entropy"
     entropy_type: Literal["gibbs", "tsallis", "renyi"] = "tsallis"
@@ -179,12 +179,12 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
              confidence=True),
     Strategy("wind_greedy", "greedy with WIND's window of --window-size frames (same tokens as greedy)",
              head="transducer", windowed=True, confidence=True),
-    Strategy("alsd", "ALSD++ beam search (transducer)", head="transducer", beam=True,
+    Strategy("alsd", "ALSD++ beam search (transducer)", head="transducer", beam=True, confidence=True,
              fusion_settings=_TRANSDUCER_BEAM_FUSION),
-    Strategy("aes", "AES++ beam search (transducer)", head="transducer", beam=True,
+    Strategy("aes", "AES++ beam search (transducer)", head="transducer", beam=True, confidence=True,
              fusion_settings=_TRANSDUCER_BEAM_FUSION),
     Strategy("wind_beam", "AES++ that skips blank-only frames with a WIND window (RNN-T)", head="transducer",
-             beam=True, windowed=True, takes_tdt=False, fusion_settings=_TRANSDUCER_BEAM_FUSION),
+             beam=True, windowed=True, takes_tdt=False, confidence=True, fusion_settings=_TRANSDUCER_BEAM_FUSION),
     Strategy("ctc_greedy", "greedy decoding of the CTC head", head="ctc", confidence=True),
     Strategy("ctc_beam", "blank collapse on the ASR actors, CTC prefix beam search on the writer actors",
              head="ctc", beam=True, writer_searches=True, confidence=True,
@@ -321,14 +321,13 @@ def plan_decoding(facts: ModelFacts, config: DecodingConfig, device: str = "cpu"
         others = ", ".join(s for s in strategies_for(facts) if (STRATEGIES[s].head or facts.heads[0]) == head)
         raise DecodingError(f"decoding strategy {strategy.name!r} supports RNN-T only; {model_name} is TDT "
                             f"(use {others})")
-    if config.confidence and strategy.writer_searches and not config.confidence_exclude_blank:
-        raise DecodingError(f"{strategy.name} measures each token's confidence on the frame that emits it; "
-                            "--confidence-exclude-blank off (blank frames folded in) is for the greedy strategies")
+    if config.confidence and strategy.beam and not config.confidence_exclude_blank:
+        raise DecodingError(f"{strategy.name} measures each token's confidence on the step that emits it in the "
+                            "chosen hypothesis; --confidence-exclude-blank off (blank frames folded in) is for the "
+                            "greedy strategies")
     if config.confidence and not strategy.confidence:
         others = ", ".join(s for s in strategies_for(facts) if STRATEGIES[s].confidence)
-        raise DecodingError(f"confidence is computed by the greedy strategies only so far (and ctc_beam), not "
-                            f"{strategy.name!r} "
-                            f"(use {others}, or leave --confidence off)")
+        raise DecodingError(f"{strategy.name!r} gives no confidence (use {others}, or leave --confidence off)")
     second_head = None
     if config.head_agreement:
         if len(facts.heads) < 2:
@@ -590,10 +589,22 @@ def _transducer_beam(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | No
 
     config = plan.config
     search = {"alsd": AlsdBeamSearch, "aes": AesBeamSearch, "wind_beam": WindBeamSearch}[plan.strategy.name]
-    return search(model.transducer, BeamSearchConfig(
+    search = search(model.transducer, BeamSearchConfig(
         beam_size=config.beam_size, max_symbols_per_frame=plan.max_symbols, lm_weight=plan.fusion_weight if lm else 0.0,
         blank_lm_scoring=config.blank_lm_scoring, pruning=config.pruning, window_size=config.window_size,
         use_cuda_graphs=plan.use_cuda_graphs), lm, device=plan.device)
+    if plan.confidence is None:
+        return search
+
+    def search_with_confidence(encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
+        from decoders.transducer_confidence import hypothesis_confidence
+
+        hypotheses = search(encoder_output, encoder_lengths)
+        hypotheses.token_confidence = hypothesis_confidence(model.transducer, encoder_output, hypotheses,
+                                                            plan.confidence)
+        return hypotheses
+
+    return search_with_confidence
 
 
 def _ctc_greedy(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None) -> Decode:

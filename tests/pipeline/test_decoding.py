@@ -39,15 +39,16 @@ def test_every_strategy_plans_the_head_span_kind_and_stage_of_its_table_row():
     assert plan_decoding(CTC, DecodingConfig()).head == "ctc"  # plain greedy of a CTC-only model is CTC greedy
 
 
-def test_confidence_is_planned_for_the_greedy_strategies_and_ctc_beam_and_refused_for_the_others():
+def test_confidence_is_planned_for_every_strategy_and_blank_steps_only_for_greedy():
     for name in strategies_for(HYBRID):
         config = DecodingConfig(strategy=name, confidence=True)
-        if name in ("greedy", "wind_greedy", "ctc_greedy", "ctc_beam"):
-            assert plan_decoding(HYBRID, config).confidence.method_cfg.entropy_type == "tsallis"
+        assert plan_decoding(HYBRID, config).confidence.method_cfg.entropy_type == "tsallis"
+        folded = DecodingConfig(strategy=name, confidence=True, confidence_exclude_blank=False)
+        if STRATEGIES[name].beam:
+            with pytest.raises(DecodingError, match="step that emits it in the chosen hypothesis"):
+                plan_decoding(HYBRID, folded)
         else:
-            with pytest.raises(DecodingError, match="greedy strategies only so far.*use greedy, wind_greedy, "
-                                                    "ctc_greedy, ctc_beam"):
-                plan_decoding(HYBRID, config)
+            assert not plan_decoding(HYBRID, folded).confidence.exclude_blank
     assert plan_decoding(HYBRID, DecodingConfig()).confidence is None
     with pytest.raises(ValueError, match="confidence_aggregation"):
         DecodingConfig(confidence=True, confidence_aggregation="median")

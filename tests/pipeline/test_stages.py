@@ -136,7 +136,7 @@ def test_good_rows_equal_decoding_each_utterance_in_process(rows, model_config, 
         assert row[schema.DECODING] == describe(decoding) and row[schema.MODEL] == "test-model"
 
 
-@pytest.mark.parametrize(("strategy", "aggregation"), [("greedy", "min"), ("ctc_greedy", "mean")])
+@pytest.mark.parametrize(("strategy", "aggregation"), [("greedy", "min"), ("ctc_greedy", "mean"), ("alsd", "mean")])
 def test_confidence_fills_words_and_the_utterance_column_as_in_process(rows, model_config, nemo_assets, strategy,
                                                                        aggregation, tmp_path):
     """Word confidence = the aggregate of its tokens' confidences from the decoder (NeMo's measures, checked
