@@ -158,7 +158,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="folder or URI of the labels (reruns go into the same one)")
     p.add_argument("--model", default=str(BUNDLED_MODEL), help="NeMo .nemo (default: the bundled model)")
     p.add_argument("--decoding", dest="strategy", default="greedy",
-                   help="a decoding strategy that gives confidence: greedy, wind_greedy, ctc_greedy, ctc_beam")
+                   help="the decoding strategy (any: each gives confidence; default greedy)")
     p.add_argument("--min-confidence", type=float, default=filters.min_confidence,
                    help=f"utterance confidence a kept utterance needs (default {filters.min_confidence:g})")
     p.add_argument("--confidence-calibration", metavar="FILE",
