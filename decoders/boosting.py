@@ -49,7 +49,7 @@ import torch
 from numba import njit
 from torch import Tensor
 
-from decoders.ngram.tensors import EMPTY_STATE, NgramTensors, advance_torch, walk_torch
+from decoders.ngram.tensors import EMPTY_STATE, NgramTensors, advance_torch, runs_triton, walk_torch
 
 CONTEXT_SCORE = 1.0  # NeMo's BoostingTreeModelConfig.context_score
 DEPTH_SCALING = 2.0  # NeMo's depth_scaling for CTC, RNN-T and TDT
@@ -313,15 +313,7 @@ class PhraseBoosting:
         return total + (float(self.final_scores(state)[0]) if final else 0.0)
 
     def _triton_for(self, states: Tensor) -> bool:
-        if self.use_triton is not None:
-            return self.use_triton
-        if not states.is_cuda:
-            return False
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return False
-        return True
+        return runs_triton(states, self.use_triton)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from decoders.boosting import PhraseBoosting, ResolvedArcs
-from decoders.ngram.tensors import NgramTensors, advance_torch, walk_torch
+from decoders.ngram.tensors import NgramTensors, advance_torch, runs_triton, walk_torch
 
 NO_SET = -1  # `set_of_row` of a row without phrases of its own
 
@@ -193,15 +193,7 @@ class RowPhraseBoosting:
         return walk_torch(self.tensors, states, labels)
 
     def _triton_for(self, states: Tensor) -> bool:
-        if self.use_triton is not None:
-            return self.use_triton
-        if not states.is_cuda:
-            return False
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return False
-        return True
+        return runs_triton(states, self.use_triton)
 
 
 __all__ = ["NO_SET", "RowPhraseBoosting", "union_resolved_arcs", "union_tensors"]

@@ -19,7 +19,7 @@ from torch import Tensor
 from decoders.ngram.arpa import ArpaFormatError, read_arpa
 from decoders.ngram.binary import load_tensors, save_tensors
 from decoders.ngram.compile import tensors_from_arpa
-from decoders.ngram.tensors import BOS_STATE, EMPTY_STATE, NgramTensors, advance_torch, walk_torch
+from decoders.ngram.tensors import BOS_STATE, EMPTY_STATE, NgramTensors, advance_torch, runs_triton, walk_torch
 
 
 class NgramLm:
@@ -127,15 +127,7 @@ class NgramLm:
         return total
 
     def _triton_for(self, states: Tensor) -> bool:
-        if self.use_triton is not None:
-            return self.use_triton
-        if not states.is_cuda:
-            return False
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return False
-        return True
+        return runs_triton(states, self.use_triton)
 
 
 __all__ = ["NgramLm"]

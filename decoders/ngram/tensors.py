@@ -96,6 +96,20 @@ def walk_torch(lm: NgramTensors, states: Tensor, labels: Tensor) -> tuple[Tensor
     return scores, next_states
 
 
+def runs_triton(states: Tensor, use_triton: bool | None) -> bool:
+    """Whether an `advance` of these states runs the Triton kernel (`decoders/ngram/triton.py`): as `use_triton`
+    says, else for CUDA tensors where Triton is importable."""
+    if use_triton is not None:
+        return use_triton
+    if not states.is_cuda:
+        return False
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def advance_torch(lm: NgramTensors, states: Tensor) -> tuple[Tensor, Tensor]:
     """states [B] -> (scores [B, V] float32, next_states [B, V] long) over the whole vocabulary.
 
@@ -149,4 +163,5 @@ def scatter_arcs_torch(lm: NgramTensors, states: Tensor) -> tuple[Tensor, Tensor
     return scores, next_states
 
 
-__all__ = ["BOS_STATE", "EMPTY_STATE", "NgramTensors", "advance_torch", "scatter_arcs_torch", "walk_torch"]
+__all__ = ["BOS_STATE", "EMPTY_STATE", "NgramTensors", "advance_torch", "runs_triton", "scatter_arcs_torch",
+           "walk_torch"]
