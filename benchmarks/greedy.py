@@ -1,8 +1,10 @@
 """Decoder-only speed of greedy transducer decoding: frame-looping vs label-looping vs WIND windows.
 
 All decoders run side by side in one process on the same random encoder output and the same tiny model,
-calibrated to emit about one label per 3 frames (a trained model's rate). Ratios are against frame-looping.
-On a GPU, label-looping is also timed with and without CUDA graphs.
+calibrated to emit about one label per 3 frames (a trained model's rate; `--frames-per-label`). Ratios are
+against frame-looping; a last table gives each WIND window against label-looping. On a CPU, label-looping and
+WIND W=8 are also timed with the tensor loop a GPU runs (`*_tensor_loop`, `GreedyConfig(host_loop=False)`)
+beside the host loop CPUs run by default; on a GPU, with and without CUDA graphs.
 
     python benchmarks/greedy.py            # full table
     python benchmarks/greedy.py --quick    # under a minute on a 2-core CPU
@@ -44,6 +46,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--vocab-size", type=int, default=256)
     parser.add_argument("--hidden", type=int, default=320, help="encoder, prediction and joint width")
+    parser.add_argument("--frames-per-label", type=float, default=3.0,
+                        help="emission rate the model is calibrated to (WIND gains more where labels are sparser)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (default 1: small per-step ops lose to thread overhead)")
     args = parser.parse_args()
@@ -65,7 +69,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model = TinyTransducer(vocab_size=args.vocab_size, encoder_dim=args.hidden, prediction_dim=args.hidden,
                            joint_dim=args.hidden, durations=KINDS[args.kind], seed=0)
-    blank_bias = calibrate_blank_bias(model, frames_per_label=3.0)
+    blank_bias = calibrate_blank_bias(model, frames_per_label=args.frames_per_label)
     rate = emission_rate(model, frames=256, seed=1)
     model = model.to(args.device)
 
@@ -76,6 +80,9 @@ def main() -> None:
     if args.device == "cuda":
         decoders["label_looping_graphs"] = LabelLoopingGreedy(model, GreedyConfig(use_cuda_graphs=True))
         decoders["wind_w8_graphs"] = LabelLoopingGreedy(model, GreedyConfig(window_size=8, use_cuda_graphs=True))
+    else:
+        decoders["label_looping_tensor_loop"] = LabelLoopingGreedy(model, GreedyConfig(host_loop=False))
+        decoders["wind_w8_tensor_loop"] = LabelLoopingGreedy(model, GreedyConfig(window_size=8, host_loop=False))
 
     generator = torch.Generator().manual_seed(0)
     results: dict[str, dict[str, float]] = {}
@@ -103,6 +110,10 @@ def main() -> None:
     for batch_size, row in results.items():
         cells = [f"{row[n]:9.1f} ({row['frame_looping'] / row[n]:5.2f}x)" for n in names]
         print(f"{batch_size:>3} | " + " | ".join(f"{c:>22}" for c in cells))
+    winds = [f"wind_w{window}" for window in args.windows]
+    print("WIND over label-looping (label_looping ms / wind ms):")
+    for batch_size, row in results.items():
+        print(f"{batch_size:>3} | " + " | ".join(f"{n} {row['label_looping'] / row[n]:5.2f}x" for n in winds))
     command = "python benchmarks/greedy.py " + " ".join(sys.argv[1:])
     print(f"reproduce: {command.strip()}")
     summary = {
@@ -117,6 +128,9 @@ def main() -> None:
         "ms": {b: {n: round(t, 3) for n, t in row.items()} for b, row in results.items()},
         "speedup_vs_frame_looping": {
             b: {n: round(row["frame_looping"] / t, 3) for n, t in row.items()} for b, row in results.items()
+        },
+        "wind_over_label_looping": {
+            b: {n: round(row["label_looping"] / row[n], 3) for n in winds} for b, row in results.items()
         },
     }
     print(json.dumps(summary))

@@ -41,7 +41,8 @@ from benchmarks._timing import interleaved_ms, machine  # noqa: E402
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a small model, fewer utterances and repeats")
+    parser.add_argument("--quick", action="store_true",
+                        help="a small random model (unless --model), 4 utterances at batch 1")
     parser.add_argument("--model", help="a .nemo file (local or any fsspec URI) instead of a random model")
     parser.add_argument("--kind", default="rnnt", choices=["rnnt", "tdt_ctc", "ctc"], help="random model kind")
     parser.add_argument("--head", default=None, choices=["transducer", "ctc"], help="default: the first head")
@@ -52,12 +53,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=320, help="prediction network and joint width")
     parser.add_argument("--utterances", type=int, default=32, help="audio files (batch size 32 uses 32)")
     parser.add_argument("--single", type=int, default=16, help="utterances decoded one at a time for batch 1")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="timed rounds (fewer: on a shared machine one slow round moves a median of 2 by 2x)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args()
     if args.quick:
         args.d_model, args.layers, args.hidden = 128, 2, 128
-        args.single, args.repeats = 4, 2
+        args.single = 4
     return args
 
 

@@ -61,6 +61,38 @@ class BatchedHypotheses:
         # beam search on request: the N best of each utterance, rows b*N .. b*N+N-1, best first
         self.nbest: BatchedHypotheses | None = None
 
+    @classmethod
+    def from_lists(cls, tokens: list[list[int]], frame_indices: list[list[int]], token_scores: list[list[float]],
+                   scores: list[float], durations: list[list[int]] | None, last_frame: list[int],
+                   last_frame_count: list[int], device: torch.device | str = "cpu",
+                   float_dtype: torch.dtype = torch.float32,
+                   token_confidence: list[list[float]] | None = None) -> BatchedHypotheses:
+        """B rows given as host lists (a decoder that keeps its results on the host builds them once, at the
+        end), with capacity for the longest row."""
+        batch_size = len(tokens)
+        lengths = [len(row) for row in tokens]
+        capacity = max(lengths, default=0)
+        hypotheses = cls(batch_size, capacity, device, float_dtype, with_durations=durations is not None,
+                         with_confidence=token_confidence is not None)
+
+        def padded(rows: list[list], dtype: torch.dtype) -> Tensor:
+            width = hypotheses.capacity
+            return torch.tensor([row + [0] * (width - len(row)) for row in rows], dtype=dtype).reshape(
+                batch_size, width).to(device)
+
+        hypotheses.tokens = padded(tokens, torch.long)
+        hypotheses.frame_indices = padded(frame_indices, torch.long)
+        hypotheses.token_scores = padded(token_scores, float_dtype)
+        if durations is not None:
+            hypotheses.durations = padded(durations, torch.long)
+        if token_confidence is not None:
+            hypotheses.token_confidence = padded(token_confidence, float_dtype)
+        hypotheses.token_lengths = torch.tensor(lengths, dtype=torch.long).to(device)
+        hypotheses.scores = torch.tensor(scores, dtype=float_dtype).reshape(batch_size).to(device)
+        hypotheses.last_frame = torch.tensor(last_frame, dtype=torch.long).reshape(batch_size).to(device)
+        hypotheses.last_frame_count = torch.tensor(last_frame_count, dtype=torch.long).reshape(batch_size).to(device)
+        return hypotheses
+
     @property
     def capacity(self) -> int:
         return self.tokens.shape[1]

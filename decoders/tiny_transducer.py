@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from decoders.lstm_step import LstmStep
 from decoders.protocols import PredictorState
 
 
@@ -52,6 +53,7 @@ class TinyTransducer(nn.Module):
             self.output = nn.Linear(joint_dim, vocab_size + 1 + len(self.durations))
         self.set_blank_bias(blank_bias)
         self.eval()
+        self._cpu_step = LstmStep(self.embedding, self.lstm)
 
     def set_blank_bias(self, blank_bias: float) -> None:
         """Set the constant added to the blank logit (0 = the random model as drawn)."""
@@ -71,9 +73,13 @@ class TinyTransducer(nn.Module):
         return (torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
 
     def predict(self, labels: Tensor, state: PredictorState) -> tuple[Tensor, PredictorState]:
-        # One step of the nn.LSTM's layers with torch.lstm_cell on the same weights: the same arithmetic
-        # without nn.LSTM's per-call setup, which costs about 10x the step itself on a CPU at batch size 1
-        # and would otherwise dominate every timing taken with this model.
+        # One step of the nn.LSTM's layers on the same weights, without nn.LSTM's per-call setup, which costs
+        # about 10x the step itself on a CPU at batch size 1 and would otherwise dominate every timing taken
+        # with this model. On a CPU without gradients, the step NeMo models get through the adapter (embedding
+        # folded into the first layer, a table without gradients); elsewhere torch.lstm_cell (a folded table
+        # could go stale inside a captured CUDA graph).
+        if labels.device.type == "cpu" and not torch.is_grad_enabled():
+            return self._cpu_step(labels, state)
         output = self.embedding(labels)  # [B, P]
         hiddens, cells = [], []
         for layer in range(self.prediction_layers):

@@ -6,6 +6,8 @@
   per label, batched over all utterances. With `window_size` W > 1 the inner search evaluates the joint on W
   frames at once and jumps to the first label among them (WIND, "Windowed Non-blank Detection", Algorithm 2);
   since the prediction output does not change over blank frames, the labels are exactly those of plain greedy.
+  The loop here is shaped for CUDA graphs (fixed shapes, masks, no host reads); on a CPU the same search runs
+  with its bookkeeping on the host instead (`decoders/label_looping_cpu.py`).
 - `FrameLoopingGreedy` (`decoders/frame_looping.py`), the conventional batched baseline (label-looping paper,
   Algorithm 2), loops over frames, and on each frame over labels, running the joint and the prediction network
   for the whole batch.
@@ -46,6 +48,7 @@ from decoders.confidence import (
 )
 from decoders.fusion import check_lm_device, lm_for_fusion
 from decoders.hypotheses import BatchedHypotheses
+from decoders.label_looping_cpu import label_looping_cpu
 from decoders.protocols import LanguageModel, TransducerModel
 
 
@@ -54,6 +57,9 @@ class GreedyConfig:
     max_symbols: int = 10  # labels per frame before the frame is forced on (NeMo's max_symbols)
     window_size: int = 1  # WIND window W; 1 is plain label looping
     use_cuda_graphs: bool = True  # replay CUDA graphs of the loop bodies when decoding on a GPU
+    # on a CPU, keep the loop's bookkeeping on the host (decoders/label_looping_cpu.py); False runs the tensor
+    # loop a GPU runs (tests and benchmarks compare the two)
+    host_loop: bool = True
     lm_weight: float = 0.0  # shallow-fusion weight of the LM passed to the decoder (NeMo's ngram_lm_alpha)
 
     def __post_init__(self) -> None:
@@ -235,6 +241,9 @@ class LabelLoopingGreedy:
             if self._graphs is None:
                 self._graphs = _CudaGraphsRunner(self)
             return self._graphs(encoder_output, encoder_lengths)
+        if self.config.host_loop and encoder_output.device.type == "cpu":
+            return label_looping_cpu(self.model, encoder_output, encoder_lengths, self.config.max_symbols,
+                                     self.config.window_size, self.lm, self.config.lm_weight, self.confidence)
         return self._decode_eager(encoder_output, encoder_lengths)
 
     # --- the loop, as step functions over a _LoopState ---------------------------------------------------

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from decoders.lstm_step import LstmStep
 from decoders.protocols import PredictorState
 from pipeline.fetch import DEFAULT_CACHE_DIR, fetch_file
 from pipeline.nemo_file import Head, model_facts
@@ -40,6 +41,11 @@ class NemoTransducer:
     The joint returns raw logits (divided by the joint's temperature), as NeMo's joint does on a GPU; on the
     CPU NeMo's adds a log-softmax over all outputs (labels and durations together), which changes no argmax.
     A joint with adapters (checked once, here) goes through NeMo's own `joint_after_projection`.
+
+    At the small batches of greedy decoding a module call costs about as much as the layer's arithmetic, so the
+    joint's layers and the prediction projection are called as functions, and on the CPU, without gradients, a
+    plain LSTM prediction network runs as `decoders.lstm_step.LstmStep` on its own weights instead of through
+    NeMo's `predict`.
     """
 
     def __init__(self, decoder: torch.nn.Module, joint: torch.nn.Module, durations: Sequence[int] = ()) -> None:
@@ -59,6 +65,8 @@ class NemoTransducer:
         self._plain_joint = not (is_adapted is not None and is_adapted())
         # an LSTM state is (h, c) of [layers, B, hidden]; a stateless decoder keeps [B, context] tensors
         self._state_batch_dim = 1 if hasattr(decoder, "pred_rnn_layers") else 0
+        self._lstm_step = _plain_lstm_step(decoder)  # None unless the prediction network is a plain LSTM
+        self._joint_layers = _joint_layers(joint) if self._plain_joint else None
 
     def project_encoder(self, encoder_output: Tensor) -> Tensor:
         return self.joint.project_encoder(encoder_output)
@@ -68,18 +76,31 @@ class NemoTransducer:
         return tuple(self.decoder.initialize_state(like))
 
     def predict(self, labels: Tensor, state: PredictorState) -> tuple[Tensor, PredictorState]:
+        if (self._lstm_step is not None and state is not None and labels.device.type == "cpu"
+                and not torch.is_grad_enabled() and not self.decoder.training):
+            return self._lstm_step(labels, state)
         output, next_state, *_ = self.decoder.predict(labels.unsqueeze(1), list(state) if state is not None
                                                       else None, add_sos=False, batch_size=labels.shape[0])
         return output[:, 0], tuple(next_state)  # [B, P]
 
     def project_prediction(self, prediction: Tensor) -> Tensor:
+        projection = self.joint.pred
+        if type(projection) is torch.nn.Linear:  # NeMo's project_prednet, without two module calls
+            return torch.nn.functional.linear(prediction, projection.weight, projection.bias)
         return self.joint.project_prednet(prediction)
 
     def joint_after_projection(self, encoder_projected: Tensor, prediction_projected: Tensor) -> Tensor:
         if self._plain_joint:
             # NeMo's joint_after_projection minus its CPU-only log-softmax (the decoder normalizes the labels it
             # scores; argmaxes are unchanged) and minus its [B, T, U] reshaping: any broadcastable shapes work
-            logits = self.joint.joint_net(encoder_projected + prediction_projected)
+            hidden = encoder_projected + prediction_projected
+            if self._joint_layers is not None and not self.joint.training:
+                # the same functions as joint_net's modules (dropout is off in eval), called directly: a
+                # module call costs about as much as the layer itself at batch size 1 on a CPU
+                activation, output = self._joint_layers
+                logits = torch.nn.functional.linear(activation(hidden), output.weight, output.bias)
+            else:
+                logits = self.joint.joint_net(hidden)
             return logits / self.joint.temperature if self.joint.temperature != 1.0 else logits
         # with adapters, NeMo's own method: f [B, T, H], g [B, U, H] -> [B, T, U, V (+N)], each row as T = U = 1
         if encoder_projected.shape != prediction_projected.shape:
@@ -102,6 +123,38 @@ class NemoTransducer:
 
     def select_states(self, state: PredictorState, indices: Tensor) -> PredictorState:
         return tuple(s.index_select(self._state_batch_dim, indices) for s in state)
+
+
+_ACTIVATIONS = {torch.nn.ReLU: torch.relu_, torch.nn.Tanh: torch.tanh_, torch.nn.Sigmoid: torch.sigmoid_}
+
+
+def _joint_layers(joint: torch.nn.Module) -> tuple[Callable[[Tensor], Tensor], torch.nn.Linear] | None:
+    """NeMo's `joint_net` (activation, dropout if any, linear) as (in-place activation, the linear layer), or
+    None for any other layout. In place, as NeMo's ReLU(inplace=True): the sum it acts on is a fresh tensor."""
+    layers = list(getattr(joint, "joint_net", ()))
+    if len(layers) == 3 and type(layers[1]) is torch.nn.Dropout:
+        layers = [layers[0], layers[2]]
+    if len(layers) != 2 or type(layers[0]) not in _ACTIVATIONS or type(layers[1]) is not torch.nn.Linear:
+        return None
+    return _ACTIVATIONS[type(layers[0])], layers[1]
+
+
+def _plain_lstm_step(decoder: torch.nn.Module) -> LstmStep | None:
+    """A direct step for NeMo's `RNNTDecoder` when its network is an embedding and a plain `nn.LSTM` (NeMo's
+    `LSTMDropout`: no layer norm, projection or adapters), else None (NeMo's `predict` runs).
+
+    NeMo's step is one oneDNN `nn.LSTM` call: 115 us at batch 1 where `LstmStep` takes 15, and 167 against 113
+    at batch 32 (hidden 160, one CPU core). The two differ by rounding only (about 1e-7); tests check that
+    greedy tokens stay NeMo's.
+    """
+    prediction = getattr(decoder, "prediction", None)
+    if not isinstance(prediction, torch.nn.ModuleDict) or set(prediction.keys()) != {"embed", "dec_rnn"}:
+        return None
+    rnn = prediction["dec_rnn"]
+    has_adapters = decoder.is_adapter_available() if hasattr(decoder, "is_adapter_available") else False
+    if type(rnn).__name__ != "LSTMDropout" or has_adapters:
+        return None
+    return LstmStep.of(prediction["embed"], getattr(rnn, "lstm", None))
 
 
 class NemoCtcHead:

@@ -105,22 +105,24 @@ CONFIGS = [
 ]
 
 
+@pytest.mark.parametrize("host_loop", [True, False], ids=["host-loop", "tensor-loop"])
 @pytest.mark.parametrize("kind", ["rnnt", "tdt"])
 @pytest.mark.parametrize("window", [1, 3])
 @pytest.mark.parametrize("config", CONFIGS, ids=range(len(CONFIGS)))
-def test_transducer_token_confidence(kind, window, config):
+def test_transducer_token_confidence(kind, window, config, host_loop):
+    """Both loops on the CPU: the host loop CPUs run, and the tensor loop GPUs run."""
     model = tiny_model(kind)
     generator = torch.Generator().manual_seed(5)
     lengths = torch.tensor([0, 1, 7, 23, 30, 16])
     encoder_output = torch.randn(len(lengths), 30, 8, generator=generator, dtype=torch.double)
     max_symbols = 2
-    greedy_config = GreedyConfig(max_symbols=max_symbols, window_size=window)
+    greedy_config = GreedyConfig(max_symbols=max_symbols, window_size=window, host_loop=host_loop)
     plain = LabelLoopingGreedy(model, greedy_config)(encoder_output, lengths)
     hypotheses = LabelLoopingGreedy(model, greedy_config, confidence=config)(encoder_output, lengths)
     assert plain.token_confidence is None
-    torch.testing.assert_close(hypotheses.tokens, plain.tokens, rtol=0, atol=0)
-    torch.testing.assert_close(hypotheses.frame_indices, plain.frame_indices, rtol=0, atol=0)
-    torch.testing.assert_close(hypotheses.scores, plain.scores, rtol=0, atol=0)
+    for with_confidence, without in zip(hypotheses.to_list(), plain.to_list()):
+        assert (with_confidence.tokens, with_confidence.frame_indices) == (without.tokens, without.frame_indices)
+        assert with_confidence.score == without.score
     for b, result in enumerate(hypotheses.to_list()):
         n = int(lengths[b])
         steps = reference.transducer_steps(model, encoder_output[b, :n], max_symbols)
@@ -151,14 +153,14 @@ def test_ctc_token_confidence(config):
 @pytest.mark.parametrize("window", [1, 3])
 @pytest.mark.parametrize("config", [CONFIGS[0], CONFIGS[4]], ids=["default", "gibbs-duration"])
 def test_transducer_token_confidence_past_one_block(kind, window, config):
-    """exclude_blank in eager mode measures the label steps 64 outer iterations at a time: rows of more
-    than 64 labels and rows of length 0 and 1 still match the reference."""
+    """exclude_blank in the tensor loop's eager mode measures the label steps 64 outer iterations at a time:
+    rows of more than 64 labels and rows of length 0 and 1 still match the reference."""
     model = tiny_model(kind)
     generator = torch.Generator().manual_seed(11)
     lengths = torch.tensor([1000, 0, 1, 640])
     encoder_output = torch.randn(len(lengths), 1000, 8, generator=generator, dtype=torch.double)
     max_symbols = 2
-    greedy_config = GreedyConfig(max_symbols=max_symbols, window_size=window)
+    greedy_config = GreedyConfig(max_symbols=max_symbols, window_size=window, host_loop=False)
     hypotheses = LabelLoopingGreedy(model, greedy_config, confidence=config)(encoder_output, lengths)
     assert int(hypotheses.token_lengths.max()) > 64
     for b, result in enumerate(hypotheses.to_list()):
@@ -168,3 +170,25 @@ def test_transducer_token_confidence_past_one_block(kind, window, config):
         assert result.tokens == [s[1] for s in steps if s[1] != model.blank_id]
         torch.testing.assert_close(torch.tensor(result.confidence, dtype=torch.double),
                                    torch.tensor(expected, dtype=torch.double), atol=1e-9, rtol=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["rnnt", "tdt"])
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+@pytest.mark.parametrize("exclude_blank", [True, False])
+def test_host_loop_confidence_equals_the_tensor_loop(kind, aggregation, exclude_blank):
+    """Every window, max_symbols 1 and 3, lengths 0 and 1 included: the CPU's host loop and the tensor loop
+    carry the same confidence."""
+    model = tiny_model(kind)
+    config = ConfidenceConfig(exclude_blank=exclude_blank, aggregation=aggregation, tdt_include_duration=True)
+    generator = torch.Generator().manual_seed(len(aggregation))
+    lengths = torch.tensor([0, 1, 2, 13, 40, 31, 40])
+    encoder_output = torch.randn(len(lengths), 40, 8, generator=generator, dtype=torch.double)
+    for window, max_symbols in itertools.product((1, 2, 5, 16), (1, 3)):
+        results = [LabelLoopingGreedy(model, GreedyConfig(max_symbols=max_symbols, window_size=window,
+                                                          host_loop=host_loop), confidence=config)(
+            encoder_output, lengths).to_list() for host_loop in (True, False)]
+        for host, tensor in zip(*results):
+            assert (host.tokens, host.frame_indices, host.durations) == (tensor.tokens, tensor.frame_indices,
+                                                                         tensor.durations)
+            assert host.confidence == pytest.approx(tensor.confidence, abs=1e-12)
+            assert host.token_scores == pytest.approx(tensor.token_scores, abs=1e-12)

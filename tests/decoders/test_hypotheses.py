@@ -42,3 +42,18 @@ def test_select_trims_and_copies():
     assert first_two.tokens.shape == (2, 1)
     assert [r.tokens for r in first_two.to_list()] == [[1], [2]]
     assert [r.tokens for r in hypotheses.to_list()] == [[], [], []]
+
+
+def test_from_lists_equals_appending_the_same_labels():
+    appended = BatchedHypotheses(3, capacity=4, with_durations=True)
+    appended.append_(torch.tensor([True, False, True]), torch.tensor([5, 6, 7]), torch.tensor([0, 0, 2]),
+                     torch.tensor([-1.0, -2.0, -3.0]), torch.tensor([1, 1, 0]))
+    appended.append_(torch.tensor([True, False, False]), torch.tensor([8, 9, 4]), torch.tensor([0, 1, 3]),
+                     torch.tensor([-0.5, -0.25, -9.0]), torch.tensor([2, 0, 0]))
+    built = BatchedHypotheses.from_lists([[5, 8], [], [7]], [[0, 0], [], [2]], [[-1.0, -0.5], [], [-3.0]],
+                                         [-1.5, 0.0, -3.0], [[1, 2], [], [0]], [0, -1, 2], [2, 0, 1])
+    assert built.to_list() == appended.to_list()
+    assert built.last_frame.tolist() == appended.last_frame.tolist()
+    assert built.last_frame_count.tolist() == appended.last_frame_count.tolist()
+    empty = BatchedHypotheses.from_lists([], [], [], [], None, [], [])
+    assert empty.to_list() == [] and empty.tokens.shape == (0, 1)

@@ -60,13 +60,16 @@ def assert_same(batched, reference):
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+@pytest.mark.parametrize("host_loop", [True, False], ids=["host-loop", "tensor-loop"])
 @SETTINGS
-@given(decoding_cases())
-def test_label_looping_matches_reference(case):
+@given(case=decoding_cases())
+def test_label_looping_matches_reference(case, host_loop):
+    """Both loops on the CPU: the host loop CPUs run, and the tensor loop GPUs run (CUDA graphs or not)."""
     kind, regime, encoder_output, lengths, max_symbols, window = case
     model = tiny_model(kind, regime)
     reference = greedy_decode(model, encoder_output, lengths, max_symbols)
-    decoder = LabelLoopingGreedy(model, GreedyConfig(max_symbols=max_symbols, window_size=window))
+    decoder = LabelLoopingGreedy(model, GreedyConfig(max_symbols=max_symbols, window_size=window,
+                                                     host_loop=host_loop))
     assert_same(decoder(encoder_output, lengths).to_list(), reference)
 
 
@@ -80,11 +83,13 @@ def test_frame_looping_matches_reference(case):
     assert_same(decoder(encoder_output, lengths).to_list(), reference)
 
 
+@pytest.mark.parametrize("host_loop", [True, False], ids=["host-loop", "tensor-loop"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(decoding_cases())
-def test_one_batch_of_n_equals_n_batches_of_one(case):
+@given(case=decoding_cases())
+def test_one_batch_of_n_equals_n_batches_of_one(case, host_loop):
     kind, regime, encoder_output, lengths, max_symbols, window = case
-    decoder = LabelLoopingGreedy(tiny_model(kind, regime), GreedyConfig(max_symbols=max_symbols, window_size=window))
+    decoder = LabelLoopingGreedy(tiny_model(kind, regime), GreedyConfig(max_symbols=max_symbols, window_size=window,
+                                                                       host_loop=host_loop))
     together = decoder(encoder_output, lengths).to_list()
     apart = [decoder(encoder_output[b : b + 1], lengths[b : b + 1]).to_list()[0] for b in range(len(lengths))]
     assert_same(together, apart)

@@ -118,15 +118,16 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
                                                                              HealthCheck.function_scoped_fixture])
 
 
+@pytest.mark.parametrize("host_loop", [True, False], ids=["host-loop", "tensor-loop"])
 @SETTINGS
 @given(case=fusion_cases())
-def test_fused_label_looping_matches_reference(case, arpa_dir):
+def test_fused_label_looping_matches_reference(case, arpa_dir, host_loop):
     kind, regime, encoder_output, lengths, max_symbols, window, lm_weight, lm_kind, lm_seed = case
     model = tiny_model(kind, regime)
     lm = make_lm(lm_kind, lm_seed, arpa_dir)
     reference = greedy_decode(model, encoder_output, lengths, max_symbols, lm=lm, lm_weight=lm_weight)
     decoder = LabelLoopingGreedy(model, GreedyConfig(max_symbols=max_symbols, window_size=window,
-                                                     lm_weight=lm_weight), lm=lm)
+                                                     lm_weight=lm_weight, host_loop=host_loop), lm=lm)
     assert_same(decoder(encoder_output, lengths).to_list(), reference)
 
 
