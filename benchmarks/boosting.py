@@ -165,7 +165,7 @@ def advance_share(decodes: Decodes, decoding: DecodingConfig, tree: PhraseBoosti
 
 def strategies(quick: bool, beam_size: int, facts) -> list[DecodingConfig]:
     names = ("greedy", "alsd", "ctc_greedy", "ctc_beam") if quick else (
-        "greedy", "wind_greedy", "alsd", "aes", "wind_beam", "ctc_greedy", "ctc_beam")
+        "greedy", "wind_greedy", "alsd", "aes", "aes_skip", "wind_beam", "ctc_greedy", "ctc_beam")
     return [DecodingConfig(strategy=s, beam_size=beam_size) for s in names if s in strategies_for(facts)]
 
 

@@ -1,5 +1,5 @@
-"""Batched AES++ beam search for RNN-T and TDT, and WIND beam search (AES++ that moves over blank-only frames
-with one windowed joint call), with n-gram LM shallow fusion.
+"""Batched AES++ beam search for RNN-T and TDT, and AES++ that moves over blank-only frames with one windowed
+joint call (`AesSkipBlankSearch`), with n-gram LM shallow fusion.
 
 The rules both follow (conventions shared with NeMo, LM fusion) are stated in `decoders/transducer_beam.py`,
 which re-exports both searches; the state, fusion and execution they share are in
@@ -204,18 +204,15 @@ class AesBeamSearch(_TransducerBeamSearch):
         return torch.where(keep, best, NEG_INF).view_as(labels)
 
 
-class WindBeamSearch(AesBeamSearch):
+class AesSkipBlankSearch(AesBeamSearch):
     """AES++ that moves each utterance over blank frames with a WIND window (RNN-T); same results as AES++.
 
-    Our design, not the WIND paper's beam search. Xu et al., 2025 ("WIND: Accelerated RNN-T Decoding with
-    Windowed Inference for Non-blank Detection", arXiv 2505.13765) propose a beam search as their Algorithm 3,
-    but we could not read its text: the stored copies of the paper we could reach hold only its abstract and
-    the start of its introduction, the reviews of it we found describe only the greedy Algorithm 2, and no
-    public implementation was found (NeMo's WIND pull request, NVIDIA-NeMo/Speech #14451, is greedy only).
-    So this class builds on the paper's observation (over blank frames the prediction output does not change,
-    so one joint call can look at many frames) and the name says "beam search with WIND", not "Algorithm 3".
-    (A first design in which each hypothesis jumped over blank frames on its own was dropped: hypotheses
-    lagging behind in time pushed finished ones out of the beam.)
+    Our design, built before the WIND paper's beam search (Xu et al., 2025, arXiv 2505.13765, Algorithm 3) could
+    be read; that search is `decoders/transducer_wind_beam.py`'s `WindBeamSearch`. This one builds on the
+    paper's observation (over blank frames the prediction output does not change, so one joint call can look
+    at many frames) and changes nothing in AES++'s results. (A first design in which each hypothesis jumped over
+    blank frames on its own was dropped: hypotheses lagging behind in time pushed finished ones out of the
+    beam.)
 
     On a frame where, for every hypothesis of an utterance, blank is the only candidate that survives AES's
     pruning by value, the frame's whole outcome is prefix search plus a blank for every hypothesis, and the
@@ -283,3 +280,4 @@ class WindBeamSearch(AesBeamSearch):
             if eager and not bool(skipping.any()):  # under graphs the rest of the window changes nothing
                 break
         torch.less(state.frame, lengths, out=state.decoding)
+

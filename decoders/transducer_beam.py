@@ -9,11 +9,12 @@
   (same paper): frame-synchronous, with prefix search at each frame, at most `expansion_steps` label
   expansions per frame, `expansion_beta` extra candidates per hypothesis and pruning by value
   (`expansion_gamma`). RNN-T and TDT (see the class docstring for TDT).
-- `WindBeamSearch`: AES++ that moves over frames on which it would only add blanks with one windowed joint
-  call, after WIND (Xu et al., 2025); results equal AES++'s. RNN-T. This is our design, not the WIND paper's
-  Algorithm 3, whose text we could not read (see the class docstring).
+- `WindBeamSearch`: the WIND paper's beam search (Xu et al., 2025): hypotheses filed by the frame they stand at,
+  the joint over a window of frames, merge and prune, jumps over frames. RNN-T. In `decoders/transducer_wind_beam.py`.
+- `AesSkipBlankSearch`: AES++ that moves over frames on which it would only add blanks with one windowed joint
+  call; results equal AES++'s. RNN-T. Our design from before the paper's search could be read (strategy `aes_skip`).
 
-`AlsdBeamSearch` is defined here, `AesBeamSearch` and `WindBeamSearch` in `decoders/transducer_aes.py`, and
+`AlsdBeamSearch` is defined here, `AesBeamSearch` and `AesSkipBlankSearch` in `decoders/transducer_aes.py`, and
 what the searches share (`BeamSearchConfig`, the state, fusion, eager and CUDA-graph execution) in
 `decoders/transducer_beam_base.py`; this module re-exports them, so callers import the searches and their
 config from here.
@@ -50,10 +51,11 @@ import torch
 from torch import Tensor
 
 from decoders.hypotheses import NO_LABEL
-from decoders.transducer_aes import AesBeamSearch, WindBeamSearch
+from decoders.transducer_aes import AesBeamSearch, AesSkipBlankSearch
 from decoders.transducer_beam_base import NEG_INF, BeamSearchConfig, Run, _BeamState, _top, _TransducerBeamSearch
+from decoders.transducer_wind_beam import WindBeamSearch
 
-__all__ = ["AesBeamSearch", "AlsdBeamSearch", "BeamSearchConfig", "WindBeamSearch"]
+__all__ = ["AesBeamSearch", "AesSkipBlankSearch", "AlsdBeamSearch", "BeamSearchConfig", "WindBeamSearch"]
 
 
 class AlsdBeamSearch(_TransducerBeamSearch):

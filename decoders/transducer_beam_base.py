@@ -1,8 +1,8 @@
 """What the batched beam searches for RNN-T and TDT share: `BeamSearchConfig`, the state they run over, the
 joint, LM shallow fusion, advancing the prediction network and LM states, and running a search eagerly or as
-CUDA graphs. The searches themselves: ALSD++ in `decoders/transducer_beam.py`, AES++ and WIND beam in
-`decoders/transducer_aes.py`; the rules they follow (conventions shared with NeMo, LM fusion) are stated once,
-in `decoders/transducer_beam.py`.
+CUDA graphs. The searches themselves: ALSD++ in `decoders/transducer_beam.py`, AES++ and AES++ with blank-frame
+skipping in `decoders/transducer_aes.py`, WIND beam search in `decoders/transducer_wind_beam.py`; the rules they
+follow (conventions shared with NeMo, LM fusion) are stated once, in `decoders/transducer_beam.py`.
 
 The hypotheses live in a `BeamTree` (labels with parent pointers, rolling hashes); the result is the best
 hypothesis per utterance by `score / (non_blank_length + 1)` (NeMo's choice) or by raw score.
@@ -11,12 +11,12 @@ Execution. Each search is a host loop (`_search`) over named pieces (`_pieces`),
 whose tensors are allocated once and only ever written in place. A piece reads no tensor value on the host and
 makes no tensor whose shape depends on values, so on a GPU each piece is captured once as a CUDA graph and
 replayed (`_CudaGraphsRunner`, NeMo's "no_while_loops" mode); elsewhere, or with `use_cuda_graphs=False`, the
-same pieces run eagerly. The loop conditions are the only host reads: one per ALSD step; per AES frame one for
-the frame and one per expansion round (rounds stop early when no hypothesis is still on the frame); per WIND
-window one more; reading the hypotheses back at the end costs a few more. Eager mode keeps two shortcuts that
-need host reads and are off under graphs: the prediction network runs only on the rows that got a label
-(graphs run it on every row and keep the old output where there was none), and WIND stops walking a window
-once no utterance is still moving.
+same pieces run eagerly. The loop conditions are the only host reads: one per ALSD or WIND beam step; per AES
+frame one for the frame and one per expansion round (rounds stop early when no hypothesis is still on the frame);
+per window of AES++ with skipping one more; reading the hypotheses back at the end costs a few more. Eager mode
+keeps shortcuts that need host reads and are off under graphs: the prediction network and the LM run only on the
+rows that got a label (graphs run them on every row and keep the old output where there was none), and AES++
+with skipping stops walking a window once no utterance is still moving.
 
 Dims: B batch, T frames, D encoder features, H joint hidden, V labels with blank, N durations, K beam.
 """
@@ -53,7 +53,8 @@ class BeamSearchConfig:
     expansion_steps: int = 2  # AES: label expansions per frame (NeMo's maes_num_steps)
     expansion_beta: int = 2  # AES: candidates per hypothesis beyond beam_size (maes_expansion_beta)
     expansion_gamma: float = 2.3  # AES: prune candidates this far below a hypothesis's best (maes_expansion_gamma)
-    window_size: int = 8  # WIND: frames whose joint is evaluated at once to find blank-only frames
+    window_size: int = 8  # WIND: frames whose joint is evaluated at once
+    frame_list_size: int | None = None  # WIND beam: hypotheses kept per frame until their turn (None: beam_size)
     use_cuda_graphs: bool = True  # replay CUDA graphs of the search's pieces when decoding on a GPU
 
     def __post_init__(self) -> None:
@@ -71,6 +72,8 @@ class BeamSearchConfig:
             raise ValueError(f"expansion_beta must be >= 0, got {self.expansion_beta}")
         if self.window_size < 1:
             raise ValueError(f"window_size must be >= 1, got {self.window_size}")
+        if self.frame_list_size is not None and self.frame_list_size < self.beam_size:
+            raise ValueError(f"frame_list_size must be >= beam_size ({self.beam_size}), got {self.frame_list_size}")
 
 
 class _BeamState:
@@ -82,9 +85,9 @@ class _BeamState:
     def __init__(
         self, decoder: _TransducerBeamSearch, encoder_projected: Tensor, capacity: int, growable: bool = True
     ) -> None:
-        model, config, lm = decoder.model, decoder.config, decoder.lm
+        model, lm = decoder.model, decoder.lm
         batch_size, max_time, _ = encoder_projected.shape
-        beam_size = config.beam_size
+        beam_size = decoder._hypothesis_slots()  # K hypotheses (WIND beam: a pool of frame lists)
         device, dtype = encoder_projected.device, encoder_projected.dtype
         long = dict(dtype=torch.long, device=device)
         boolean = dict(dtype=torch.bool, device=device)
@@ -190,7 +193,16 @@ class _TransducerBeamSearch:
         if encoder_output.shape[0] > 0 and encoder_output.shape[1] > 0:  # else every hypothesis is empty
             pieces = self._pieces(state, eager=True)
             self._search(state, lambda name: pieces[name]())
-        return state.tree.best(self.config.length_normalization, with_nbest=self.config.return_nbest)
+        return self._best(state)
+
+    def _hypothesis_slots(self) -> int:
+        """Hypotheses kept per utterance: the beam (a search that keeps more, such as WIND's frame lists, says)."""
+        return self.config.beam_size
+
+    def _best(self, state: _BeamState, batch_size: int | None = None) -> BatchedHypotheses:
+        """The best hypothesis of each of the first `batch_size` utterances (all K in `.nbest` on request)."""
+        return state.tree.best(self.config.length_normalization, with_nbest=self.config.return_nbest,
+                               batch_size=batch_size)
 
     # --- the search: a host loop over pieces ------------------------------------------------------------
     def _pieces(self, state: _BeamState, eager: bool) -> dict[str, Callable[[], None]]:
@@ -225,12 +237,15 @@ class _TransducerBeamSearch:
             blank = blank * (1.0 + alpha)
         return torch.cat([labels, blank], dim=-1)
 
-    def _label_scores(self, state: _BeamState, logits: Tensor) -> tuple[Tensor, Tensor]:
-        """logits [B, K, ..., V (+N)] -> (model log-probabilities, fused scores), both [B, K, ..., V]."""
+    def _label_scores(self, state: _BeamState, logits: Tensor, slots: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """logits [B, K, ..., V (+N)] of every hypothesis, or of those in `slots` [B, K'] -> (model
+        log-probabilities, fused scores), both [B, K or K', ..., V]."""
         log_probs = torch.log_softmax(logits[..., : self.num_labels], dim=-1)
         lm_scores = None
         if self.lm is not None:
             lm_scores = state.beam_view(state.lm_scores)
+            if slots is not None:
+                lm_scores = state.tree.gather(lm_scores, slots)
             lm_scores = lm_scores.view(*lm_scores.shape[:2], *([1] * (log_probs.dim() - 3)), lm_scores.shape[-1])
         return log_probs, self._fuse(log_probs, lm_scores)
 
@@ -246,10 +261,10 @@ class _TransducerBeamSearch:
         is_label = ((labels >= 0) & (labels != model.blank_id)).view(-1)
         prediction = state.prediction.index_select(0, flat_parents)
         predictor_state: PredictorState = model.select_states(state.predictor_state, flat_parents)
+        label_rows = is_label.nonzero().squeeze(1) if eager else None
         if eager:
             # run the prediction network only on the rows that got a label (often a third of them, or none);
             # this reads the row count on the host, which eager decoding does every step anyway
-            label_rows = is_label.nonzero().squeeze(1)
             if label_rows.numel() > 0:
                 output, next_state = model.predict(
                     labels.view(-1).index_select(0, label_rows), model.select_states(predictor_state, label_rows)
@@ -271,9 +286,18 @@ class _TransducerBeamSearch:
             next_states = state.lm_next_states.index_select(0, flat_parents)
             safe_labels = torch.where(is_label, labels.view(-1), 0).unsqueeze(1)
             state.lm_states.copy_(torch.where(is_label, next_states.gather(1, safe_labels).squeeze(1), lm_states))
-            lm_scores, lm_next_states = self.lm.advance(state.lm_states)
-            state.lm_scores.copy_(lm_scores)
-            state.lm_next_states.copy_(lm_next_states)
+            if eager:  # the LM too only where a label was added; the others keep their parent's answers
+                lm_scores = state.lm_scores.index_select(0, flat_parents)
+                if label_rows.numel() > 0:
+                    label_scores, label_next_states = self.lm.advance(state.lm_states.index_select(0, label_rows))
+                    lm_scores.index_copy_(0, label_rows, label_scores)
+                    next_states.index_copy_(0, label_rows, label_next_states)
+                state.lm_scores.copy_(lm_scores)
+                state.lm_next_states.copy_(next_states)
+            else:
+                lm_scores, lm_next_states = self.lm.advance(state.lm_states)
+                state.lm_scores.copy_(lm_scores)
+                state.lm_next_states.copy_(lm_next_states)
 
     def _append_(
         self,
@@ -345,6 +369,4 @@ class _CudaGraphsRunner:
         state.encoder_lengths.zero_()  # rows past the batch stay empty
         state.encoder_lengths[:batch_size].copy_(encoder_lengths)
         decoder._search(state, lambda name: self.replays[name]())
-        return state.tree.best(
-            decoder.config.length_normalization, with_nbest=decoder.config.return_nbest, batch_size=batch_size
-        )
+        return decoder._best(state, batch_size)

@@ -54,7 +54,7 @@ class DecodingConfig:
     strategy: str = "greedy"  # a key of STRATEGIES
     beam_size: int = 4
     max_symbols: int | None = None  # labels per frame (transducers); None: the checkpoint's own setting
-    window_size: int = 8  # WIND frames (wind_greedy, wind_beam)
+    window_size: int = 8  # WIND frames (wind_greedy, wind_beam, aes_skip)
     lm_uri: str | None = None  # n-gram LM: a binary from `python jobs/build_lm.py`, or a token- or word-level ARPA
     lm_sha256: str | None = None
     lm_weight: float = 0.0  # shallow-fusion weight (NeMo's ngram_lm_alpha)
@@ -183,8 +183,12 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
              fusion_settings=_TRANSDUCER_BEAM_FUSION),
     Strategy("aes", "AES++ beam search (transducer)", head="transducer", beam=True, confidence=True,
              fusion_settings=_TRANSDUCER_BEAM_FUSION),
-    Strategy("wind_beam", "AES++ that skips blank-only frames with a WIND window (RNN-T)", head="transducer",
-             beam=True, windowed=True, takes_tdt=False, confidence=True, fusion_settings=_TRANSDUCER_BEAM_FUSION),
+    Strategy("aes_skip", "AES++ that skips blank-only frames with a WIND window; AES++'s results (RNN-T)",
+             head="transducer", beam=True, windowed=True, takes_tdt=False, confidence=True,
+             fusion_settings=_TRANSDUCER_BEAM_FUSION),
+    Strategy("wind_beam", "WIND beam search (Xu et al., 2025): hypotheses filed by frame, windowed joint (RNN-T)",
+             head="transducer", beam=True, windowed=True, takes_tdt=False, confidence=True,
+             fusion_settings=_TRANSDUCER_BEAM_FUSION),
     Strategy("ctc_greedy", "greedy decoding of the CTC head", head="ctc", confidence=True),
     Strategy("ctc_beam", "blank collapse on the ASR actors, CTC prefix beam search on the writer actors",
              head="ctc", beam=True, writer_searches=True, confidence=True,
@@ -585,10 +589,17 @@ def _label_looping(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None
 
 
 def _transducer_beam(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None) -> Decode:
-    from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig, WindBeamSearch
+    from decoders.transducer_beam import (
+        AesBeamSearch,
+        AesSkipBlankSearch,
+        AlsdBeamSearch,
+        BeamSearchConfig,
+        WindBeamSearch,
+    )
 
     config = plan.config
-    search = {"alsd": AlsdBeamSearch, "aes": AesBeamSearch, "wind_beam": WindBeamSearch}[plan.strategy.name]
+    search = {"alsd": AlsdBeamSearch, "aes": AesBeamSearch, "aes_skip": AesSkipBlankSearch,
+              "wind_beam": WindBeamSearch}[plan.strategy.name]
     search = search(model.transducer, BeamSearchConfig(
         beam_size=config.beam_size, max_symbols_per_frame=plan.max_symbols, lm_weight=plan.fusion_weight if lm else 0.0,
         blank_lm_scoring=config.blank_lm_scoring, pruning=config.pruning, window_size=config.window_size,

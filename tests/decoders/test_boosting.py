@@ -26,7 +26,7 @@ from decoders.ctc import CtcGreedy
 from decoders.ctc_beam import CtcBeamConfig, CtcBeamSearch
 from decoders.ctc_beam_cpu import CpuCtcBeamSearch
 from decoders.ngram.tensors import walk_torch
-from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig, WindBeamSearch
+from decoders.transducer_beam import AesBeamSearch, AesSkipBlankSearch, AlsdBeamSearch, BeamSearchConfig
 from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
 from tests.decoders.test_ctc import emissions
 from tests.decoders.test_transducer_beam import VOCAB_SIZE, random_inputs, tiny_model
@@ -286,7 +286,7 @@ def test_transducer_beam_searches_with_boosting_match_reference(seed, pruning, s
     model = tiny_model("rnnt")
     expected = maes_decode(model, encoder_output, lengths, config, reference)
     _beam_agree(AesBeamSearch(model, config, tree)(encoder_output, lengths), expected, config.beam_size)
-    _beam_agree(WindBeamSearch(model, config, tree)(encoder_output, lengths), expected, config.beam_size)
+    _beam_agree(AesSkipBlankSearch(model, config, tree)(encoder_output, lengths), expected, config.beam_size)
 
 
 @FUSED

@@ -24,7 +24,7 @@ from decoders.ctc import CtcGreedy
 from decoders.ctc_beam import CtcBeamConfig, CtcBeamSearch
 from decoders.ctc_beam_cpu import CpuCtcBeamSearch
 from decoders.ngram.tensors import walk_torch
-from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig, WindBeamSearch
+from decoders.transducer_beam import AesBeamSearch, AesSkipBlankSearch, AlsdBeamSearch, BeamSearchConfig
 from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
 from tests.decoders.test_ctc import emissions
 from tests.decoders.test_transducer_beam import VOCAB_SIZE, random_inputs, tiny_model
@@ -227,7 +227,7 @@ def test_transducer_beam_searches_decode_each_row_with_its_own_phrases(seed, pru
     config = BeamSearchConfig(beam_size=3, max_symbols_per_frame=3, lm_weight=1.5, pruning=pruning,
                               blank_lm_scoring=scoring, window_size=4)
     searches = [(AlsdBeamSearch, "rnnt", alsd_decode), (AlsdBeamSearch, "tdt01234", alsd_decode),
-                (AesBeamSearch, "rnnt", maes_decode), (WindBeamSearch, "rnnt", maes_decode)]
+                (AesBeamSearch, "rnnt", maes_decode), (AesSkipBlankSearch, "rnnt", maes_decode)]
     for search, kind, reference_decode in searches:
         model = tiny_model(kind)
         got = search(model, config, fused(batch.rows, lm, job))(encoder_output, lengths).to_list()

@@ -1,4 +1,4 @@
-"""Batched beam search (ALSD++, AES++, WIND beam) against the per-utterance references on random tiny models.
+"""Batched beam search (ALSD++, AES++, AES++ with skipping) against the per-utterance references on random tiny models.
 
 Models run in float64, so that batched and per-utterance arithmetic cannot order near-ties differently:
 the best tokens (with their frames and durations) must then be the same, and the whole n-best list the same
@@ -22,9 +22,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from decoders.hypotheses import BatchedHypotheses, Hypothesis
 from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias
-from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig, WindBeamSearch
+from decoders.transducer_aes import AesSkipBlankSearch
+from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig
 from decoders.transducer_beam_base import _CudaGraphsRunner
 from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
+from decoders.transducer_wind_beam import WindBeamSearch
 from tests.reference.fake_lm import BigramLm
 from tests.reference.transducer_beam import alsd_decode, maes_decode
 
@@ -325,7 +327,7 @@ def assert_same_hypotheses(got: BatchedHypotheses, expected: BatchedHypotheses) 
     st.sampled_from([None] + FUSION_MODES),
     st.integers(1, 12),
 )
-def test_wind_beam_equals_aes(case, regime, mode, window):
+def test_aes_skip_equals_aes(case, regime, mode, window):
     _, encoder_output, lengths, beam_size, _, normalize = case
     pruning, scoring = mode or ("late", "weighted")
     config = BeamSearchConfig(
@@ -339,7 +341,7 @@ def test_wind_beam_equals_aes(case, regime, mode, window):
     )
     model, lm = tiny_model("rnnt", regime), (bigram_lm(2) if mode else None)
     expected = AesBeamSearch(model, config, lm)(encoder_output, lengths)
-    for got in decode_both(WindBeamSearch(model, config, lm), encoder_output, lengths):
+    for got in decode_both(AesSkipBlankSearch(model, config, lm), encoder_output, lengths):
         assert_same_hypotheses(got, expected)
 
 
@@ -361,15 +363,15 @@ class CountingModel:
         return self.model.joint_after_projection(encoder_projected, prediction_projected)
 
 
-def test_wind_beam_skips_blank_frames_of_a_blank_confident_model():
+def test_aes_skip_skips_blank_frames_of_a_blank_confident_model():
     encoder_output, lengths = random_inputs(4, 60, seed=12, lengths=[60, 41, 60, 7])
     config = BeamSearchConfig(beam_size=4, window_size=8, return_nbest=True)
-    aes_model, wind_model = CountingModel(tiny_model("rnnt", "quiet")), CountingModel(tiny_model("rnnt", "quiet"))
+    aes_model, skip_model = CountingModel(tiny_model("rnnt", "quiet")), CountingModel(tiny_model("rnnt", "quiet"))
     expected = AesBeamSearch(aes_model, config)(encoder_output, lengths)
-    got = WindBeamSearch(wind_model, config)(encoder_output, lengths)
+    got = AesSkipBlankSearch(skip_model, config)(encoder_output, lengths)
     assert_same_hypotheses(got, expected)
     assert sum(len(h.tokens) for h in got.to_list()) > 0
-    assert wind_model.joint_calls < aes_model.joint_calls / 3
+    assert skip_model.joint_calls < aes_model.joint_calls / 3
 
 
 @pytest.mark.parametrize("kind", sorted(DURATION_SETS))
@@ -390,7 +392,7 @@ def test_alsd_beam_one_is_greedy(kind, regime):
 
 
 @pytest.mark.parametrize("regime", ["realistic", "chatty", "quiet"])
-@pytest.mark.parametrize("decoder_class", [AesBeamSearch, WindBeamSearch])
+@pytest.mark.parametrize("decoder_class", [AesBeamSearch, AesSkipBlankSearch])
 def test_aes_beam_one_is_greedy_with_max_symbols_equal_to_expansion_steps(decoder_class, regime):
     model = tiny_model("rnnt", regime)
     encoder_output, lengths = random_inputs(5, 30, seed=6, lengths=[30, 0, 1, 17, 30])
@@ -402,7 +404,7 @@ def test_aes_beam_one_is_greedy_with_max_symbols_equal_to_expansion_steps(decode
                 assert (got.tokens, got.frame_indices) == (expected.tokens, expected.frame_indices)
 
 
-@pytest.mark.parametrize("decoder_class", [AlsdBeamSearch, AesBeamSearch, WindBeamSearch])
+@pytest.mark.parametrize("decoder_class", [AlsdBeamSearch, AesBeamSearch, AesSkipBlankSearch, WindBeamSearch])
 def test_one_batch_of_n_equals_n_batches_of_one(decoder_class):
     model = tiny_model("rnnt")
     encoder_output, lengths = random_inputs(6, 25, seed=7, lengths=[25, 3, 0, 18, 25, 9])
@@ -437,7 +439,7 @@ def test_invariants_and_nbest_shape():
         encoder_output, lengths = random_inputs(5, 30, seed=10, lengths=[30, 0, 1, 29, 12])
         config = BeamSearchConfig(beam_size=3, return_nbest=True)
         decoders = [AlsdBeamSearch(model, config), AesBeamSearch(model, config)]
-        decoders += [WindBeamSearch(model, config)] if kind == "rnnt" else []
+        decoders += [AesSkipBlankSearch(model, config)] if kind == "rnnt" else []
         for decoder in decoders:
             hypotheses = decoder(encoder_output, lengths)
             assert hypotheses.nbest.batch_size == 5 * 3
@@ -463,12 +465,12 @@ def test_bad_inputs_and_configs_are_named():
     with pytest.raises(ValueError, match="blank_lm_scoring"):
         BeamSearchConfig(blank_lm_scoring="full")
     with pytest.raises(ValueError, match="RNN-T only"):
-        WindBeamSearch(tiny_model("tdt01234"), BeamSearchConfig())
+        AesSkipBlankSearch(tiny_model("tdt01234"), BeamSearchConfig())
     with pytest.raises(ValueError, match="window_size"):
         BeamSearchConfig(window_size=0)
 
 
-@pytest.mark.parametrize("decoder_class", [AlsdBeamSearch, AesBeamSearch, WindBeamSearch])
+@pytest.mark.parametrize("decoder_class", [AlsdBeamSearch, AesBeamSearch, AesSkipBlankSearch])
 def test_the_lm_is_checked_and_moved_once_when_built(decoder_class):
     """The meta device stands in for a GPU: the LM's tables really live there, and CPU inputs are refused."""
     model, config = tiny_model("rnnt"), BeamSearchConfig(lm_weight=0.5)
@@ -485,7 +487,7 @@ def test_the_lm_is_checked_and_moved_once_when_built(decoder_class):
         decoder(encoder_output, lengths)
 
 
-@pytest.mark.parametrize("decoder_class", [AlsdBeamSearch, AesBeamSearch, WindBeamSearch])
+@pytest.mark.parametrize("decoder_class", [AlsdBeamSearch, AesBeamSearch, AesSkipBlankSearch])
 @pytest.mark.parametrize("mode", FUSION_MODES)
 def test_an_lm_at_weight_zero_gives_exactly_the_search_without_one(decoder_class, mode):
     pruning, scoring = mode
@@ -514,7 +516,7 @@ def test_gpu_equals_cpu(kind, use_cuda_graphs):
     encoder_output, lengths = random_inputs(5, 30, seed=13, lengths=[30, 0, 1, 22, 30])
     config = BeamSearchConfig(beam_size=4, lm_weight=0.5, return_nbest=True, use_cuda_graphs=use_cuda_graphs)
     gpu_model = copy.deepcopy(model).cuda()
-    decoders = [AlsdBeamSearch, AesBeamSearch] + ([WindBeamSearch] if kind == "rnnt" else [])
+    decoders = [AlsdBeamSearch, AesBeamSearch] + ([AesSkipBlankSearch] if kind == "rnnt" else [])
     for decoder_class in decoders:
         on_cpu = decoder_class(model, config, bigram_lm())(encoder_output, lengths)
         on_gpu = decoder_class(gpu_model, config, bigram_lm(), device="cuda")(encoder_output.cuda(), lengths.cuda())

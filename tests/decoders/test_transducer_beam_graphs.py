@@ -16,7 +16,8 @@ import pytest
 
 from decoders.ngram.arpa import write_arpa
 from decoders.ngram.lm import NgramLm
-from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig, WindBeamSearch
+from decoders.transducer_aes import AesSkipBlankSearch
+from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig
 from tests.decoders.ngram.arpa_factory import random_ngrams
 from tests.decoders.test_transducer_beam import (
     DURATION_SETS,
@@ -29,14 +30,14 @@ from tests.decoders.test_transducer_beam import (
     tiny_model,
 )
 
-SEARCHES = {"alsd": AlsdBeamSearch, "aes": AesBeamSearch, "wind": WindBeamSearch}
-CASES = [(kind, name) for kind in sorted(DURATION_SETS) for name in SEARCHES if kind == "rnnt" or name != "wind"]
+SEARCHES = {"alsd": AlsdBeamSearch, "aes": AesBeamSearch, "aes_skip": AesSkipBlankSearch}
+CASES = [(kind, name) for kind in sorted(DURATION_SETS) for name in SEARCHES if kind == "rnnt" or name != "aes_skip"]
 
 
 def test_the_checks_catch_host_reads_and_moved_tensors():
     model = tiny_model("rnnt")
     encoder_output, lengths = random_inputs(3, 12, seed=1, lengths=[12, 5, 0])
-    for decoder_class, piece in ((AlsdBeamSearch, "step"), (WindBeamSearch, "skip_first")):
+    for decoder_class, piece in ((AlsdBeamSearch, "step"), (AesSkipBlankSearch, "skip_first")):
         decoder = decoder_class(model, BeamSearchConfig(beam_size=3))
         pieces = decoder._pieces
         decoder._pieces = lambda state, eager, pieces=pieces: pieces(state, eager=True)  # eager shortcuts read
@@ -71,7 +72,7 @@ def test_one_graph_state_serves_batches_of_any_size_up_to_its_own(kind, search):
     assert states[0] is states[1] and states[2] is states[3] is states[4] and states[1] is not states[2]
 
 
-@pytest.mark.parametrize("kind, search", [case for case in CASES if case[1] != "wind"])
+@pytest.mark.parametrize("kind, search", [case for case in CASES if case[1] != "aes_skip"])
 def test_graph_state_holds_the_longest_search(kind, search):
     # blank never wins: every hypothesis takes max_symbols labels (ALSD) or one per expansion round (AES) on
     # every frame, then the forced blank, which is the most columns a search can append (TDT: fewer, as labels

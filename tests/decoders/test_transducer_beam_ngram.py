@@ -1,7 +1,7 @@
 """Beam search fused with the real n-gram LM (`NgramLm`, read from random ARPA files) against the references.
 
 Same checks as tests/decoders/test_transducer_beam.py with the bigram table LM: best tokens, frames and
-durations equal, n-best scores within 1e-5, in all four fusion modes; WIND beam equal to AES++.
+durations equal, n-best scores within 1e-5, in all four fusion modes; AES++ with skipping equal to AES++.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from decoders.ngram.arpa import write_arpa
 from decoders.ngram.lm import NgramLm
-from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig, WindBeamSearch
+from decoders.transducer_aes import AesSkipBlankSearch
+from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig
 from tests.decoders.ngram.arpa_factory import random_ngrams
 from tests.decoders.test_transducer_beam import (
     FUSION_MODES,
@@ -74,7 +75,7 @@ def test_alsd_with_ngram_lm_matches_reference(arpa_dir, case, mode, lm_weight, o
     st.sampled_from((2, 4)),
     st.integers(1, 8),
 )
-def test_aes_and_wind_with_ngram_lm_match_reference(arpa_dir, case, mode, lm_weight, order, window):
+def test_aes_and_aes_skip_with_ngram_lm_match_reference(arpa_dir, case, mode, lm_weight, order, window):
     _, encoder_output, lengths, beam_size, _, normalize = case
     pruning, scoring = mode
     config = BeamSearchConfig(
@@ -89,4 +90,4 @@ def test_aes_and_wind_with_ngram_lm_match_reference(arpa_dir, case, mode, lm_wei
     model, lm = tiny_model("rnnt"), ngram_lm(order, 7, arpa_dir)
     batched = AesBeamSearch(model, config, lm)(encoder_output, lengths)
     assert_agree(batched, maes_decode(model, encoder_output, lengths, config, lm), beam_size)
-    assert_same_hypotheses(WindBeamSearch(model, config, lm)(encoder_output, lengths), batched)
+    assert_same_hypotheses(AesSkipBlankSearch(model, config, lm)(encoder_output, lengths), batched)

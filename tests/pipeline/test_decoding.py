@@ -29,7 +29,8 @@ def test_every_strategy_plans_the_head_span_kind_and_stage_of_its_table_row():
     expected = {  # strategy: (head, span kind, writer searches) on the hybrid RNN-T + CTC model
         "greedy": ("transducer", "rnnt", False), "wind_greedy": ("transducer", "rnnt", False),
         "alsd": ("transducer", "rnnt", False), "aes": ("transducer", "rnnt", False),
-        "wind_beam": ("transducer", "rnnt", False), "ctc_greedy": ("ctc", "ctc", False),
+        "aes_skip": ("transducer", "rnnt", False), "wind_beam": ("transducer", "rnnt", False),
+        "ctc_greedy": ("ctc", "ctc", False),
         "ctc_beam": ("ctc", "ctc", True)}
     assert set(expected) == set(STRATEGIES)
     for name, (head, span_kind, writer) in expected.items():
@@ -57,7 +58,7 @@ def test_confidence_is_planned_for_every_strategy_and_blank_steps_only_for_greed
 @pytest.mark.parametrize(("facts", "strategy", "message"), [
     (CTC, "alsd", "'alsd' needs a transducer head; m.nemo \\(ctc\\) has none \\(use greedy, ctc_greedy, ctc_beam\\)"),
     (RNNT, "ctc_beam",
-     "needs a CTC head; m.nemo \\(rnnt\\) has none \\(use greedy, wind_greedy, alsd, aes, wind_beam\\)"),
+     "needs a CTC head; m.nemo \\(rnnt\\) has none \\(use greedy, wind_greedy, alsd, aes, aes_skip, wind_beam\\)"),
     (TDT_CTC, "wind_beam", "'wind_beam' supports RNN-T only; m.nemo is TDT \\(use greedy, wind_greedy, alsd, aes\\)"),
 ])
 def test_a_strategy_the_model_cannot_run_is_refused_with_what_to_use(facts, strategy, message):
