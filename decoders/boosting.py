@@ -298,8 +298,6 @@ class PhraseBoosting:
 
     def score_labels(self, states: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
         """states [B], labels [B, K] -> (scores [B, K], next_states [B, K]) for just those labels."""
-        if labels.dim() != 2 or labels.shape[0] != states.shape[0]:
-            raise ValueError(f"labels must be [B, K] with B={states.shape[0]}, got {tuple(labels.shape)}")
         return walk_torch(self.tensors, states, labels)
 
     def score_sequence(self, tokens: Sequence[int], final: bool = True) -> float:

@@ -188,8 +188,6 @@ class RowPhraseBoosting:
 
     def score_labels(self, states: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
         """states [N], labels [N, M] -> (scores [N, M], next_states [N, M]) for just those labels."""
-        if labels.dim() != 2 or labels.shape[0] != states.shape[0]:
-            raise ValueError(f"labels must be [N, M] with N={states.shape[0]}, got {tuple(labels.shape)}")
         return walk_torch(self.tensors, states, labels)
 
     def _triton_for(self, states: Tensor) -> bool:

@@ -95,8 +95,6 @@ class NgramLm:
     # --- queries for tests and perplexity ----------------------------------------------------------------
     def score_labels(self, states: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
         """states [B], labels [B, K] -> (scores [B, K], next_states [B, K]) for just those labels."""
-        if labels.dim() != 2 or labels.shape[0] != states.shape[0]:
-            raise ValueError(f"labels must be [B, K] with B={states.shape[0]}, got {tuple(labels.shape)}")
         return walk_torch(self.tensors, states, labels)
 
     def score_sequences(self, tokens: Tensor, token_lengths: Tensor, bos: bool = True,

@@ -72,6 +72,8 @@ def walk_torch(lm: NgramTensors, states: Tensor, labels: Tensor) -> tuple[Tensor
     On a GPU the loop has a fixed length and no host synchronization (CUDA graphs can capture it); on the CPU
     it stops as soon as every row has reached the empty context.
     """
+    if labels.dim() != 2 or labels.shape[0] != states.shape[0]:
+        raise ValueError(f"labels must be [B, K] with B={states.shape[0]}, got {tuple(labels.shape)}")
     vocab_size = lm.vocab_size
     scores = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
     next_states = torch.zeros(labels.shape, dtype=torch.long, device=labels.device)
