@@ -50,14 +50,8 @@ sys.path.insert(0, str(REPOSITORY))
 from benchmarks._timing import interleaved_ms, machine  # noqa: E402
 from decoders.boosting import PhraseBoosting  # noqa: E402
 from pipeline.config import BUNDLED_MODEL  # noqa: E402
-from pipeline.decoding import (  # noqa: E402
-    DecodingConfig,
-    boosting_from_phrase_file,
-    decode_in_process,
-    plan_decoding,
-    sentencepiece_of,
-    strategies_for,
-)
+from pipeline.decoding import DecodingConfig, decode_in_process, plan_decoding, strategies_for  # noqa: E402
+from pipeline.fusion_models import boosting_from_phrase_file, sentencepiece_of  # noqa: E402
 from pipeline.nemo_model import load_asr_model  # noqa: E402
 from pipeline.tuning import EncodedSet, encode_set, score  # noqa: E402
 

@@ -12,7 +12,8 @@ from torch import Tensor
 
 from decoders.hypotheses import BatchedHypotheses
 from decoders.protocols import PredictorState, TransducerModel
-from decoders.transducer_greedy import GreedyConfig, _label_scores, check_encoder_inputs
+from decoders.transducer_greedy import GreedyConfig, _label_scores
+from decoders.transducer_shared import check_encoder_inputs
 
 
 class FrameLoopingGreedy:

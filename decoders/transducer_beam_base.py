@@ -33,7 +33,7 @@ from torch import Tensor
 from decoders.fusion import check_lm_device, lm_for_fusion
 from decoders.hypotheses import BatchedHypotheses, BeamTree
 from decoders.protocols import LanguageModel, PredictorState, TransducerModel
-from decoders.transducer_greedy import capture_cuda_graphs, check_encoder_inputs
+from decoders.transducer_shared import capture_cuda_graphs, check_encoder_inputs
 
 BLANK_PROBABILITY_CLAMP = 1e-2  # p(blank) <= 1 - this in weighted blank scoring (NeMo's value for bf16)
 NEG_INF = float("-inf")

@@ -32,7 +32,6 @@ Dims: B batch, T frames, D encoder features, H joint hidden, V labels with blank
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +49,7 @@ from decoders.fusion import check_lm_device, lm_for_fusion
 from decoders.hypotheses import BatchedHypotheses
 from decoders.label_looping_cpu import label_looping_cpu
 from decoders.protocols import LanguageModel, TransducerModel
+from decoders.transducer_shared import capture_cuda_graphs, check_encoder_inputs
 
 
 @dataclass(frozen=True)
@@ -67,24 +67,6 @@ class GreedyConfig:
             raise ValueError(f"max_symbols must be >= 1, got {self.max_symbols}")
         if self.window_size < 1:
             raise ValueError(f"window_size must be >= 1, got {self.window_size}")
-
-
-def check_encoder_inputs(encoder_output: Tensor, encoder_lengths: Tensor) -> None:
-    """The checks every decoder entry point makes, with messages that name the tensor."""
-    if encoder_output.dim() != 3:
-        raise ValueError(f"encoder_output must be [B, T, D], got {tuple(encoder_output.shape)}")
-    if encoder_lengths.dim() != 1 or encoder_lengths.shape[0] != encoder_output.shape[0]:
-        raise ValueError(
-            f"encoder_lengths must be [B] with B={encoder_output.shape[0]}, got {tuple(encoder_lengths.shape)}"
-        )
-    if encoder_lengths.dtype.is_floating_point or encoder_lengths.dtype == torch.bool:
-        raise ValueError(f"encoder_lengths must hold integers, got {encoder_lengths.dtype}")
-    if encoder_lengths.numel() > 0:
-        low, high = int(encoder_lengths.min()), int(encoder_lengths.max())
-        if low < 0 or high > encoder_output.shape[1]:
-            raise ValueError(
-                f"encoder_lengths must lie in [0, T={encoder_output.shape[1]}], got values in [{low}, {high}]"
-            )
 
 
 def _label_scores(logits: Tensor, num_labels: int) -> tuple[Tensor, Tensor]:
@@ -537,25 +519,6 @@ class LabelLoopingGreedy:
         """After the loop: each row's last label takes the blank steps after it."""
         if self.confidence is not None:
             self._close_label_confidence(state, torch.ones_like(state.found))
-
-
-def capture_cuda_graphs(pieces: dict[str, Callable[[], None]],
-                        device: torch.device) -> dict[str, torch.cuda.CUDAGraph]:
-    """name -> CUDA graph of each piece (a function on preallocated tensors), captured on a side stream after
-    one warm-up run of every piece outside capture (kernels and the caching allocator must be ready)."""
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        for piece in pieces.values():
-            piece()
-    torch.cuda.current_stream(device).wait_stream(stream)
-    graphs = {}
-    for name, piece in pieces.items():
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            piece()
-        graphs[name] = graph
-    return graphs
 
 
 class _CudaGraphsRunner:

@@ -196,8 +196,8 @@ def tune_strategy(strategy: str, beam_size: int, model_uri: str, lm_uri: str | N
     from decoders.ngram.lm import NgramLm
     from pipeline import schema
     from pipeline.audio import load_audio
-    from pipeline.decoding import load_boosting_model
     from pipeline.fetch import fetch_file
+    from pipeline.fusion_models import load_boosting_model
     from pipeline.nemo_model import load_asr_model
     from pipeline.tuning import BOOST_WEIGHTS, TrialCache, encode_set, score, transcribe_set, tune
 

@@ -31,15 +31,8 @@ from pipeline.config import (  # noqa: E402
     merge,
     with_current_names,
 )
-from pipeline.decoding import (  # noqa: E402
-    STRATEGIES,
-    DecodingError,
-    DecodingPlan,
-    advice,
-    describe,
-    lm_problem,
-    plan_decoding,
-)
+from pipeline.decoding import STRATEGIES, DecodingError, DecodingPlan, advice, describe, plan_decoding  # noqa: E402
+from pipeline.fusion_models import lm_problem  # noqa: E402
 from pipeline.redact import redact, secrets_in  # noqa: E402
 
 
@@ -294,7 +287,7 @@ def phrase_list_problem(path: str, model_path: str | None = None, plan: Decoding
     tokens (characters the tokenizer cannot write). Each message names the file (`name`, else `path`) and line.
     Used by this job and `jobs/lm_bias.py`."""
     from decoders.boosting import PhraseListError, read_phrase_list
-    from pipeline.decoding import boosting_from_phrase_file
+    from pipeline.fusion_models import boosting_from_phrase_file
     from pipeline.nemo_file import LayoutUnavailable, read_model_layout
 
     try:

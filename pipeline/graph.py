@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from pipeline import schema, sink, stages
+from pipeline import actor_models, schema, sink, stages
 from pipeline.chunks import check_attention
 from pipeline.config import TranscribeJobConfig
 from pipeline.decoding import DecodingError, DecodingPlan, plan_decoding
@@ -183,7 +183,7 @@ def _stage_error(error: BaseException) -> str | None:
     """The message of a `ModelLoadError` or `sink.PartWriteError` a stage raised (what the user must fix: the
     model, or the output's storage), found in the chain of exceptions Ray wraps it in (Ray keeps an actor's
     traceback only as text: the marker line is read from it there)."""
-    kinds = (stages.ModelLoadError, sink.PartWriteError)
+    kinds = (actor_models.ModelLoadError, sink.PartWriteError)
     markers = [f"{kind.__module__}.{kind.__qualname__}: " for kind in kinds]
     seen = set()
     while error is not None and id(error) not in seen:

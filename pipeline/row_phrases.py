@@ -34,9 +34,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pipeline.decoding import Decode, DecodingPlan, PhraseTokenizer, WriterSearch, sentencepiece_of
+from pipeline import schema
+from pipeline.decoding import Decode, DecodingPlan, WriterSearch
+from pipeline.fusion_models import PhraseTokenizer, sentencepiece_of
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from torch import Tensor
 
     from decoders.boosting import PhraseBoosting
@@ -226,5 +229,29 @@ def _rows_of(decode: Decode, encoder_output: Tensor, encoder_lengths: Tensor, ro
                   encoder_lengths.index_select(0, index.to(encoder_lengths.device))).to_list()
 
 
-__all__ = ["MAX_CACHED_PHRASES", "MAX_CACHED_SETS", "PhraseSet", "RowPhrases", "check_phrases", "phrase_set",
-           "phrase_sets"]
+class StagePhrases:
+    """A decoding stage's per-utterance phrase boosting (`pipeline/row_phrases.py`), made with the first batch
+    whose rows list phrases: its `RowPhrases`, or why there is none (a model without a SentencePiece tokenizer)."""
+
+    def __init__(self) -> None:
+        self.parts: tuple[Any, Any] = (None, None)  # the plan's n-gram LM and job tree (load_fusion_parts)
+        self._made: RowPhrases | str | None = None
+
+    def get(self, plan: DecodingPlan, model: AsrModel | ModelLayout) -> RowPhrases | str:
+        if self._made is None:
+            try:
+                self._made = RowPhrases(plan, model, *self.parts)
+            except ValueError as error:
+                self._made = f"cannot boost the row's 'phrases' ({error})"
+        return self._made
+
+    def sets(self, table: pa.Table, rows: list[int], plan: DecodingPlan, model: AsrModel | ModelLayout
+             ) -> tuple[dict[int, PhraseSet], dict[int, str]]:
+        """({row: its phrase set} for `rows` listing phrases the plan boosts, {row: why they cannot be})."""
+        if not (plan.boosts_rows and rows and schema.PHRASES in table.column_names):
+            return {}, {}
+        return check_phrases(table.column(schema.PHRASES).to_pylist(), rows, lambda: self.get(plan, model))
+
+
+__all__ = ["MAX_CACHED_PHRASES", "MAX_CACHED_SETS", "PhraseSet", "RowPhrases", "StagePhrases", "check_phrases",
+           "phrase_set", "phrase_sets"]

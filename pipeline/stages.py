@@ -26,7 +26,6 @@ Dims: B batch, S samples, T encoder frames, T' frames after blank collapse, V la
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -37,19 +36,20 @@ import pyarrow as pa
 import torch
 
 from pipeline import schema, sink
+from pipeline.actor_models import BackgroundLoad, load_checked_calibration, load_layout, load_model
 from pipeline.audio import AudioError, LoadedAudio, load_audio_batch
 from pipeline.bucketing import padded_seconds, plan_batches
-from pipeline.calibration import Calibration, load_calibration, measure_of
+from pipeline.calibration import Calibration
 from pipeline.chunks import Chunk, ChunkTokens, frame_energies_db, merge_compact_ctc, merge_tokens, plan_chunks
 from pipeline.config import InputConfig, LongAudioConfig, ModelConfig, ResourcesConfig
-from pipeline.decoding import DecodingPlan, compact_ctc_log_probs, load_fusion_parts
-from pipeline.fetch import fetch_file, file_sha256
+from pipeline.decoding import DecodingPlan, compact_ctc_log_probs
+from pipeline.fusion_models import load_fusion_parts
 from pipeline.manifest import read_manifest
-from pipeline.nemo_file import LayoutUnavailable, ModelLayout, read_model_layout
-from pipeline.nemo_model import AsrModel, load_asr_model
+from pipeline.nemo_file import ModelLayout
+from pipeline.nemo_model import AsrModel
 from pipeline.recognize import head_agreement, pad_waveforms, transcript_of
 from pipeline.redact import redact
-from pipeline.row_phrases import PhraseSet, RowPhrases, check_phrases, phrase_set
+from pipeline.row_phrases import PhraseSet, StagePhrases, phrase_set
 from pipeline.schema import (
     AUDIO_S,
     CHUNKED_READ,
@@ -79,73 +79,6 @@ CHUNK_READ_THREADS = 4  # chunks of long recordings read at once by an ASR actor
 SECOND = "second"  # a decoded piece's (tokens, frames) of the other head (decoding.head_agreement), before merging
 
 
-def load_model(model: ModelConfig, device: str) -> AsrModel:
-    return load_asr_model(model.uri, sha256=model.sha256, cache_dir=f"{model.cache_dir}/models", device=device)
-
-
-def load_layout(model: ModelConfig, device: str = "cpu") -> AsrModel | ModelLayout:
-    """The model's tokenizer, frame timing and head layout, read from the `.nemo` file without NeMo; the whole
-    model only where the file holds something `read_model_layout` does not read (another tokenizer type)."""
-    path = fetch_file(model.uri, sha256=model.sha256, cache_dir=f"{model.cache_dir}/models")
-    try:
-        return read_model_layout(path)
-    except LayoutUnavailable:
-        return load_model(model, device)
-
-
-def model_sha256(model: ModelConfig) -> str:
-    """The sha256 of the model's file: the pinned one, else hashed from the (cached) file."""
-    if model.sha256:
-        return model.sha256.lower()
-    return file_sha256(fetch_file(model.uri, cache_dir=f"{model.cache_dir}/models"))
-
-
-def load_checked_calibration(model: ModelConfig, plan: DecodingPlan) -> Calibration | None:
-    """The plan's confidence calibration map (None where it has none), refused (`CalibrationMismatch`) if it was
-    fitted for another model file or another measure."""
-    uri = plan.config.confidence_calibration
-    if not uri:
-        return None
-    calibration = load_calibration(uri)
-    calibration.check(model_sha256(model), measure_of(plan))
-    return calibration
-
-
-class ModelLoadError(RuntimeError):
-    """The stage's model could not be loaded: no row can be decoded, so the job stops and says why."""
-
-
-class _BackgroundLoad:
-    """Loads a model in a thread started at once; `get()` waits for it and raises `ModelLoadError` naming
-    `name` and the cause if loading failed.
-
-    Stages start loading in `__init__`, so the actors of every stage load their models at the same time as
-    the first audio is fetched, instead of one after the other as the first batch reaches each (which made a
-    short job wait for two model loads in a row); and `__init__` itself returns at once.
-    """
-
-    def __init__(self, load: Callable[[], AsrModel], name: str) -> None:
-        self.name = name
-        self._result: AsrModel | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(load,), name="load-model", daemon=True)
-        self._thread.start()
-
-    def _run(self, load: Callable[[], AsrModel]) -> None:
-        try:
-            self._result = load()
-        except BaseException as error:  # re-raised in the stage's thread by get()
-            self._error = error
-
-    def get(self) -> AsrModel:
-        self._thread.join()
-        if self._error is not None:
-            raise ModelLoadError(redact(f"cannot load the model {self.name}: {type(self._error).__name__}: "
-                                        f"{self._error}")) from self._error
-        assert self._result is not None
-        return self._result
-
-
 def _fail(table: pa.Table, failed: dict[int, str]) -> pa.Table:
     """Mark rows (index -> message naming the manifest and line) as errors."""
     if not failed:
@@ -168,30 +101,6 @@ def _set(table: pa.Table, name: str, values: pa.Array | list) -> pa.Table:
 
 def _ok_rows(table: pa.Table) -> list[int]:
     return [i for i, s in enumerate(table.column(schema.STATUS).to_pylist()) if s == schema.STATUS_OK]
-
-
-class _RowPhrasesOf:
-    """A decoding stage's per-utterance phrase boosting (`pipeline/row_phrases.py`), made with the first batch
-    whose rows list phrases: its `RowPhrases`, or why there is none (a model without a SentencePiece tokenizer)."""
-
-    def __init__(self) -> None:
-        self.parts: tuple[Any, Any] = (None, None)  # the plan's n-gram LM and job tree (load_fusion_parts)
-        self._made: RowPhrases | str | None = None
-
-    def get(self, plan: DecodingPlan, model: AsrModel | ModelLayout) -> RowPhrases | str:
-        if self._made is None:
-            try:
-                self._made = RowPhrases(plan, model, *self.parts)
-            except ValueError as error:
-                self._made = f"cannot boost the row's 'phrases' ({error})"
-        return self._made
-
-    def sets(self, table: pa.Table, rows: list[int], plan: DecodingPlan, model: AsrModel | ModelLayout
-             ) -> tuple[dict[int, PhraseSet], dict[int, str]]:
-        """({row: its phrase set} for `rows` listing phrases the plan boosts, {row: why they cannot be})."""
-        if not (plan.boosts_rows and rows and schema.PHRASES in table.column_names):
-            return {}, {}
-        return check_phrases(table.column(schema.PHRASES).to_pylist(), rows, lambda: self.get(plan, model))
 
 
 class ReadManifests:
@@ -307,8 +216,8 @@ class TranscribeBatch:
         self.second_decode = None  # decoding.head_agreement: the other head's greedy decoder
         self.word_start = np.zeros(0, bool)  # by token id: whether the piece starts a word (chunks are joined there)
         self._readers: ThreadPoolExecutor | None = None  # reads chunks of `chunked_read` rows ahead of the encoder
-        self.row_phrases = _RowPhrasesOf()  # rows' own phrase lists (`phrases`), boosted where the plan says
-        self._loading = _BackgroundLoad(lambda: load(model, plan.device), model.uri)
+        self.row_phrases = StagePhrases()  # rows' own phrase lists (`phrases`), boosted where the plan says
+        self._loading = BackgroundLoad(lambda: load(model, plan.device), model.uri)
 
     def _ensure_loaded(self) -> None:
         if self.model is not None:
@@ -549,8 +458,8 @@ class FinishAndWrite:
         self.model: AsrModel | ModelLayout | None = None
         self.search = None
         self.calibration: Calibration | None = None
-        self.row_phrases = _RowPhrasesOf()  # for ctc_beam: rows' own phrase lists, boosted in this stage's search
-        self._loading = _BackgroundLoad(lambda: load(model, "cpu"), model.uri)
+        self.row_phrases = StagePhrases()  # for ctc_beam: rows' own phrase lists, boosted in this stage's search
+        self._loading = BackgroundLoad(lambda: load(model, "cpu"), model.uri)
 
     def _ensure_loaded(self) -> None:
         if self.model is not None:

@@ -338,12 +338,8 @@ def test_a_contact_name_the_model_misspells_is_corrected_only_with_boosting(tmp_
     import soundfile
 
     from pipeline.config import BUNDLED_MODEL
-    from pipeline.decoding import (
-        DecodingConfig,
-        decode_in_process,
-        load_fusion_model,
-        plan_decoding,
-    )
+    from pipeline.decoding import DecodingConfig, decode_in_process, plan_decoding
+    from pipeline.fusion_models import load_fusion_model
     from pipeline.nemo_model import load_asr_model
     from pipeline.recognize import pad_waveforms
 

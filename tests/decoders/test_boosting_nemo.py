@@ -58,7 +58,7 @@ def walks_near(sequences, vocab_size, rng, count=30):
 
 
 def test_contact_names_with_the_bundled_tokenizer_score_as_in_nemo():
-    from pipeline.decoding import phrase_spellings
+    from pipeline.fusion_models import phrase_spellings
     from pipeline.nemo_file import read_model_layout
 
     layout = read_model_layout(ROOT / "models" / "demo_hybrid_rnnt_ctc.nemo")

@@ -103,7 +103,8 @@ def test_the_job_boosts_the_list_as_in_process_decoding_does(ray_cluster, tmp_pa
     # in-process, with the plan's own loaders: the same texts, and the names written right
     import soundfile
 
-    from pipeline.decoding import decode_in_process, load_fusion_model, plan_decoding
+    from pipeline.decoding import decode_in_process, plan_decoding
+    from pipeline.fusion_models import load_fusion_model
 
     model = load_model(model_config, "cpu")
     plan = plan_decoding(model.facts, decoding)

@@ -3,7 +3,7 @@ text Ray wraps it in, never the wrapper's name alone."""
 
 from __future__ import annotations
 
-from pipeline import sink, stages
+from pipeline import actor_models, sink
 from pipeline.graph import _stage_error
 
 
@@ -21,7 +21,7 @@ def test_the_stage_message_is_found_in_rays_text_or_its_cause():
             "PermissionError: Access Denied")
     assert _stage_error(RayLikeError(text)) == (
         "cannot commit a part to s3://bucket/out/part-1.parquet: PermissionError: Access Denied")
-    load = stages.ModelLoadError("cannot load the model s3://b/m.nemo: OSError: gone")
+    load = actor_models.ModelLoadError("cannot load the model s3://b/m.nemo: OSError: gone")
     assert _stage_error(RayLikeError("UserCodeException", cause=load)) == str(load)
     assert _stage_error(RayLikeError("ZeroDivisionError: a bug")) is None  # a bug keeps its traceback
     assert _stage_error(sink.PartWriteError("x")) == "x"

@@ -162,7 +162,8 @@ def in_process_with_own_list(stem: str, phrases, decoding: DecodingConfig, tmp_p
     """The text of one utterance decoded alone, in a job whose `--phrases` file is the row's list."""
     import soundfile
 
-    from pipeline.decoding import decode_in_process, load_fusion_model
+    from pipeline.decoding import decode_in_process
+    from pipeline.fusion_models import load_fusion_model
     from pipeline.recognize import pad_waveforms, transcript_of
 
     model = load(ModelConfig(uri=str(BUNDLED_MODEL)), "cpu")
@@ -223,12 +224,8 @@ def test_a_job_list_and_an_lm_are_fused_with_the_rows_own(domain_table, tmp_path
 
     from decoders.boosting import WeightedSum
     from jobs.build_lm import build_lm
-    from pipeline.decoding import (
-        boosting_from_phrase_file,
-        decode_in_process,
-        load_language_model,
-        sentencepiece_of,
-    )
+    from pipeline.decoding import decode_in_process
+    from pipeline.fusion_models import boosting_from_phrase_file, load_language_model, sentencepiece_of
     from pipeline.recognize import pad_waveforms
 
     lm_path = tmp_path / "domain.lm"

@@ -366,7 +366,8 @@ def test_strategies_a_model_cannot_run_are_refused_on_the_driver(nemo_assets, ki
 @pytest.mark.parametrize("strategy", ["greedy", "ctc_beam"])
 def test_the_lm_is_fetched_once_and_fused_as_in_process(nemo_assets, rows, model_config, tmp_path, strategy):
     from jobs.build_lm import build_lm
-    from pipeline.decoding import decode_in_process, load_language_model
+    from pipeline.decoding import decode_in_process
+    from pipeline.fusion_models import load_language_model
 
     tokenizer_dir = nemo_assets["checkpoints"]["tdt_ctc"].parent / "tokenizer"
     lm_path = tmp_path / "domain.lm"

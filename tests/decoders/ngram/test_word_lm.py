@@ -269,7 +269,8 @@ def test_the_converted_lm_is_cached_and_reused(varikn_word_arpa, speller, tmp_pa
 def test_load_language_model_tells_and_converts_a_word_level_arpa(varikn_word_arpa, speller, tmp_path,
                                                                   fewer_sentences):
     from pipeline.config import BUNDLED_MODEL
-    from pipeline.decoding import DecodingConfig, lm_problem, load_language_model, plan_decoding
+    from pipeline.decoding import DecodingConfig, plan_decoding
+    from pipeline.fusion_models import lm_problem, load_language_model
     from pipeline.nemo_file import read_model_facts
 
     facts = read_model_facts(BUNDLED_MODEL)
@@ -301,7 +302,8 @@ def test_the_bundled_model_decodes_the_domain_set_better_with_a_word_level_arpa(
     pytest.importorskip("varikn")
     from jobs.build_lm import train_varikn
     from pipeline.config import BUNDLED_MODEL
-    from pipeline.decoding import DecodingConfig, decode_in_process, load_language_model, plan_decoding
+    from pipeline.decoding import DecodingConfig, decode_in_process, plan_decoding
+    from pipeline.fusion_models import load_language_model
     from pipeline.nemo_model import load_asr_model
     from pipeline.recognize import pad_waveforms
 

@@ -1,0 +1,49 @@
+"""What the transducer decoders share besides the model protocol: the checks every entry point makes on its inputs,
+and the capture of CUDA graphs of a loop's pieces."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+
+def check_encoder_inputs(encoder_output: Tensor, encoder_lengths: Tensor) -> None:
+    """The checks every decoder entry point makes, with messages that name the tensor."""
+    if encoder_output.dim() != 3:
+        raise ValueError(f"encoder_output must be [B, T, D], got {tuple(encoder_output.shape)}")
+    if encoder_lengths.dim() != 1 or encoder_lengths.shape[0] != encoder_output.shape[0]:
+        raise ValueError(
+            f"encoder_lengths must be [B] with B={encoder_output.shape[0]}, got {tuple(encoder_lengths.shape)}"
+        )
+    if encoder_lengths.dtype.is_floating_point or encoder_lengths.dtype == torch.bool:
+        raise ValueError(f"encoder_lengths must hold integers, got {encoder_lengths.dtype}")
+    if encoder_lengths.numel() > 0:
+        low, high = int(encoder_lengths.min()), int(encoder_lengths.max())
+        if low < 0 or high > encoder_output.shape[1]:
+            raise ValueError(
+                f"encoder_lengths must lie in [0, T={encoder_output.shape[1]}], got values in [{low}, {high}]"
+            )
+
+
+def capture_cuda_graphs(pieces: dict[str, Callable[[], None]],
+                        device: torch.device) -> dict[str, torch.cuda.CUDAGraph]:
+    """name -> CUDA graph of each piece (a function on preallocated tensors), captured on a side stream after
+    one warm-up run of every piece outside capture (kernels and the caching allocator must be ready)."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for piece in pieces.values():
+            piece()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graphs = {}
+    for name, piece in pieces.items():
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            piece()
+        graphs[name] = graph
+    return graphs
+
+
+__all__ = ["capture_cuda_graphs", "check_encoder_inputs"]
