@@ -41,7 +41,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,61 +50,11 @@ from numba import njit
 from torch import Tensor
 
 from decoders.ngram.tensors import EMPTY_STATE, NgramTensors, advance_torch, runs_triton, walk_torch
+from decoders.phrase_list import Phrase, PhraseListError, parse_phrase_lines, read_phrase_list
 
 CONTEXT_SCORE = 1.0  # NeMo's BoostingTreeModelConfig.context_score
 DEPTH_SCALING = 2.0  # NeMo's depth_scaling for CTC, RNN-T and TDT
 MAX_VARIANT_WORDS = 3  # words of a phrase spelled both ways (2**3 spellings at most)
-
-
-class PhraseListError(ValueError):
-    """A phrase list that cannot be used: the message names the file and line."""
-
-
-@dataclass(frozen=True)
-class Phrase:
-    text: str
-    weight: float | None  # the phrase's own context score; None: the tree's default
-    where: str  # "FILE, line N", for messages
-
-
-def parse_phrase_lines(lines: Iterable[str], name: str) -> list[Phrase]:
-    """Lines of a phrase list (`phrase` or `phrase<TAB>weight`) -> phrases; raises `PhraseListError` naming `name`
-    and the line for an empty phrase or a weight that is not a number > 0. A weight is the phrase's context score:
-    it replaces `CONTEXT_SCORE` for that phrase's tokens."""
-    phrases = []
-    for number, line in enumerate(lines, start=1):
-        where = f"{name}, line {number}"
-        line = line.rstrip("\r\n")
-        text, weight = line, None
-        if "\t" in line:
-            text, _, weight_text = line.rpartition("\t")
-            try:
-                weight = float(weight_text)
-            except ValueError:
-                raise PhraseListError(f"{where}: the weight after the tab must be a number > 0, got "
-                                      f"{weight_text.strip()!r}") from None
-            if not math.isfinite(weight) or weight <= 0:
-                raise PhraseListError(f"{where}: the weight after the tab must be a number > 0, got {weight_text!r}")
-        text = " ".join(text.split())
-        if not text:
-            raise PhraseListError(f"{where}: empty phrase (a blank line, or nothing before the tab)")
-        phrases.append(Phrase(text, weight, where))
-    if not phrases:
-        raise PhraseListError(f"{name}: no phrases (the file is empty)")
-    return phrases
-
-
-def read_phrase_list(path: str, name: str | None = None) -> list[Phrase]:
-    """A phrase list file (UTF-8) -> phrases; see `parse_phrase_lines`."""
-    name = name or str(path)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().split("\n")
-    except UnicodeDecodeError as error:
-        raise PhraseListError(f"{name}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-    if lines and lines[-1] == "":
-        lines.pop()  # the newline that ends the last line
-    return parse_phrase_lines(lines, name)
 
 
 def phrase_token_sequences(

@@ -62,6 +62,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from decoders.phrase_list import PhraseListError, split_phrase
 from pipeline import schema
 from pipeline.manifest_file import LIMIT_REACHED, SURROGATE, Broken, cause, decode_line, manifest_lines
 from pipeline.uris import expand_manifest_uris, resolve_audio_path
@@ -394,22 +395,15 @@ def _phrases(value: Any, key: str = "'phrases'") -> list[dict[str, Any]] | None:
             text, weight = item[0], _phrase_weight(item[1], what)
         elif isinstance(item, str):
             text = item
-            if "\t" in item:
-                text, _, weight_text = item.rpartition("\t")
-                try:
-                    weight = float(weight_text)
-                except ValueError:
-                    raise _Unusable(f"{what}: the weight after the tab must be a number > 0, got "
-                                    f"{_shown(weight_text.strip())}") from None
-                if not math.isfinite(weight) or weight <= 0:
-                    raise _Unusable(f"{what}: the weight after the tab must be a number > 0, got {_shown(weight_text)}")
         else:
             raise _Unusable(f"{what} must be a string or a [phrase, weight] pair, got {_shown(item)}")
         if SURROGATE.search(text) is not None:
             raise _Unusable(f"{what} must be Unicode text, got {_shown(text)}")
-        text = " ".join(text.split())
-        if not text:
-            raise _Unusable(f"{what}: empty phrase")
+        try:
+            text, weight_in_text = split_phrase(text, weighted=isinstance(item, str))
+        except PhraseListError as error:
+            raise _Unusable(f"{what}: {error}") from None
+        weight = weight if weight_in_text is None else weight_in_text
         if len(text) > MAX_PHRASE_CHARS:
             raise _Unusable(f"{what}: a phrase of {len(text)} characters, more than {MAX_PHRASE_CHARS}")
         phrases.append({"text": text, "weight": weight})
