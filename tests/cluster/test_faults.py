@@ -77,13 +77,17 @@ def test_c_driver_killed_and_job_submitted_again(two_hosts):
     cluster = two_hosts
     output = new_output("c")
     first = f"lsc-c1-{uuid.uuid4().hex[:6]}"
-    cluster.submit_detached(job_args(cluster, output), first)
-    cluster.wait_for_parts(output, 1, timeout_s=240)
-    drivers = cluster.driver_pids()
-    assert drivers, "no driver process found in the head namespace"
-    for pid in drivers:
-        os.kill(pid, 9)
-    assert cluster.wait_job(first, timeout_s=120) in ("FAILED", "STOPPED")
+    cluster.set_proxy_mode(HOLD_LAST_MANIFEST)  # mid-job for certain: a fast job could otherwise finish first
+    try:
+        cluster.submit_detached(job_args(cluster, output), first)
+        hold_until_parts_committed(cluster, output, first)
+        drivers = cluster.driver_pids()
+        assert drivers, "no driver process found in the head namespace"
+        for pid in drivers:
+            os.kill(pid, 9)
+        assert cluster.wait_job(first, timeout_s=120) in ("FAILED", "STOPPED")
+    finally:
+        cluster.set_proxy_mode("pass")
     assert not cluster.read_output_ids(output)["complete"]
     submit = cluster.submit(job_args(cluster, output), timeout_s=300)
     assert submit.returncode == 0 and "succeeded" in submit.stdout, submit.stdout[-3000:] + submit.stderr[-3000:]
@@ -112,10 +116,11 @@ def test_e_writes_denied_mid_run_then_repaired(two_hosts):
     cluster = two_hosts
     output = new_output("e")
     first = f"lsc-e1-{uuid.uuid4().hex[:6]}"
-    cluster.submit_detached(job_args(cluster, output), first, env_vars=RETRY_ENV)
+    cluster.set_proxy_mode(HOLD_LAST_MANIFEST)  # parts committed and rows left for certain when writes are denied
     try:
-        cluster.wait_for_parts(output, 1, timeout_s=240)
-        cluster.set_proxy_mode(f"deny-writes:{output.removeprefix('s3://')}/")
+        cluster.submit_detached(job_args(cluster, output), first, env_vars=RETRY_ENV)
+        hold_until_parts_committed(cluster, output, first)
+        cluster.set_proxy_mode(f"deny-writes:{output.removeprefix('s3://')}/")  # the held read goes on, its parts fail
         status = cluster.wait_job(first, timeout_s=240)
     finally:
         cluster.set_proxy_mode("pass")
