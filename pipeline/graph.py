@@ -33,7 +33,11 @@ from pipeline.uris import expand_manifest_uris
 
 log = logging.getLogger(__name__)
 
-READ_CPUS = 0.1  # manifest reading is I/O
+# Manifest reading is I/O and asks for no CPU: a task that needs even 0.1 CPU can wait forever behind the job's own
+# actors. When a host dies, Ray reruns the read tasks it lost on the hosts left, where the job's actors (restarted
+# there) may hold every CPU; a read that needs none still runs. READ_TASKS bounds how many read at once instead.
+READ_CPUS = 0.0
+READ_TASKS = 4
 AUDIO_ACTOR_CPUS = 0.25  # fetch + decode + resample: mostly I/O and libsndfile/soxr
 FINISH_ACTOR_CPUS = 0.25  # detokenization and writes (CTC beam search takes more: see build_transcription)
 AUDIO_BATCH_ROWS = 16
@@ -101,7 +105,9 @@ def connect_ray(address: str | None) -> None:
 def quiet_ray_data() -> None:
     """Ray's own lines off the console, warnings and errors kept: Ray Data's per-operator progress (INFO, every few
     seconds; the jobs print their own progress line per committed part) and its advice that an actor pool got
-    fewer input blocks than actors (a small manifest) still go to `ray-data.log` in the session directory."""
+    fewer input blocks than actors (a small manifest) still go to `ray-data.log` in the session directory, and so
+    do its issue detector's warnings, every 30 s, that a stage's workers use more memory than they reserve (the
+    stage actors hold torch and the model; nothing a user of these jobs sets)."""
     import warnings
 
     import ray.data  # noqa: F401  (configures the `ray.data` logger, which this then adjusts)
@@ -109,7 +115,12 @@ def quiet_ray_data() -> None:
     for handler in logging.getLogger("ray.data").handlers:
         if not isinstance(handler, logging.FileHandler) and type(handler).__name__ != "SessionFileHandler":
             handler.setLevel(logging.WARNING)
+            handler.addFilter(_not_issue_detection)
     warnings.filterwarnings("ignore", message="The minimum number of concurrent actors", category=UserWarning)
+
+
+def _not_issue_detection(record: logging.LogRecord) -> bool:
+    return "issue_detect" not in record.pathname
 
 
 def resolve_device(config: TranscribeJobConfig) -> str:
@@ -126,20 +137,25 @@ def read_rows(config: TranscribeJobConfig, manifest_uris: list[str], spare_cpus:
     Ray Data merges everything a task yields into blocks of up to 128 MiB, so a manifest of a million rows
     would arrive as a few huge blocks: one audio actor would fetch all of its files while the others wait, and
     parts would be committed a thousand rows at a time. A streaming repartition splits the blocks, but it runs
-    as tasks of one whole CPU, and Ray Data has no public way to ask for less. So it is added only when the
-    cluster has a CPU to spare beyond what this job's actors reserve (any real cluster); on a 2-CPU machine
-    whose actors hold 1.35 CPUs it would wait forever, and there one audio actor per manifest costs little.
+    as tasks of one whole CPU, and Ray Data has no public way to ask for less. So it is added only where some
+    node is sure to keep a whole CPU free beyond what this job's actors reserve, wherever Ray places them: when
+    the CPUs to spare are at least as many as the nodes (any real cluster; less, each node's spare could be a
+    fraction, as on two 1-CPU nodes with 1 CPU to spare). On a 2-CPU machine whose actors hold 1.25 CPUs it would
+    wait forever, and there one audio actor per manifest costs little.
     """
     import ray
+    from ray.data import TaskPoolStrategy
 
     dataset = ray.data.from_items([{schema.MANIFEST: uri} for uri in manifest_uris])
     dataset = dataset.map_batches(
         stages.ReadManifests(sink.committed_ids(config.output), chunk_rows=AUDIO_BATCH_ROWS),
-        batch_size=1, batch_format="pyarrow", num_cpus=READ_CPUS)
-    if spare_cpus >= 1.0:
+        batch_size=1, batch_format="pyarrow", num_cpus=READ_CPUS,
+        compute=TaskPoolStrategy(size=max(1, min(READ_TASKS, len(manifest_uris)))))
+    nodes = sum(1 for node in ray.nodes() if node["Alive"])
+    if spare_cpus >= max(1, nodes):
         return dataset.repartition(target_num_rows_per_block=AUDIO_BATCH_ROWS)
     # a warning on a cluster, where it costs parallelism; on one small machine (the quickstart) only a note
-    level = logging.WARNING if sum(node["Alive"] for node in ray.nodes()) > 1 else logging.INFO
+    level = logging.WARNING if nodes > 1 else logging.INFO
     log.log(level, "%.2f CPUs spare beyond the actors' reservations: manifest rows are not split into blocks of "
             "%d, so each manifest's audio is fetched by one actor and parts commit in bursts",
             max(spare_cpus, 0.0), AUDIO_BATCH_ROWS)

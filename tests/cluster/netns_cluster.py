@@ -246,8 +246,16 @@ class NetnsCluster:
 
     def submit(self, args: list[str], env_vars: dict[str, str] | None = None, timeout_s: float = 300,
                submission_id: str | None = None) -> subprocess.CompletedProcess:
-        return self.ns(self.head_ns, self.submit_command(args, env_vars, submission_id), timeout_s=timeout_s,
-                       check=False, cwd=str(REPOSITORY))
+        """`ray job submit` as a user runs it, waiting for the job and printing its logs; past `timeout_s`, returncode
+        124 with what it printed and `describe()` in stderr."""
+        command = self.submit_command(args, env_vars, submission_id)
+        try:
+            return self.ns(self.head_ns, command, timeout_s=timeout_s, check=False, cwd=str(REPOSITORY))
+        except subprocess.TimeoutExpired as expired:
+            printed = [text.decode(errors="replace") if isinstance(text, bytes) else (text or "")
+                       for text in (expired.stdout, expired.stderr)]
+            return subprocess.CompletedProcess(command, 124, printed[0],
+                                               f"{printed[1]}\n(not finished after {timeout_s} s)\n{self.describe()}")
 
     def ray_job(self, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
         return self.ns(self.head_ns, [str(VENV_BIN / "ray"), "job", *args, "--address",
@@ -294,6 +302,22 @@ class NetnsCluster:
                                         f"http://{HEAD_ADDRESS}:{DASHBOARD_PORT}", "--detail", "--format", "json",
                                         "--limit", "10000"], timeout_s=60)
         return json.loads(result.stdout)
+
+    def describe(self) -> str:
+        """What a failed wait needs to be understood: the nodes, the actors alive and where, and the resources
+        still free (`ray status`)."""
+        lines = [f"nodes: {self.alive_nodes()}"]
+        try:
+            for actor in self.actors():
+                if actor.get("state") != "DEAD":
+                    lines.append(f"actor {actor.get('class_name')} {actor.get('state')} job={actor.get('job_id')} "
+                                 f"node={str(actor.get('node_id'))[:8]} resources={actor.get('required_resources')}")
+        except Exception as error:  # a diagnosis must not hide the failure it describes
+            lines.append(f"actors: {error}")
+        status = self.ns(self.head_ns, [str(VENV_BIN / "ray"), "status", f"--address={HEAD_ADDRESS}:{GCS_PORT}"],
+                         timeout_s=60, check=False)
+        lines.append(status.stdout[-3000:] + status.stderr[-1000:])
+        return "\n".join(lines)
 
     def node_ids(self, ip: str) -> set[str]:
         """Ids of the alive Ray nodes at `ip`."""

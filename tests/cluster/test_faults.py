@@ -22,8 +22,8 @@ from tests.cluster.netns_cluster import BUCKET, HEAD_ADDRESS, WORKER_ADDRESS
 
 pytestmark = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.ray]
 
-# The job's resources fit one 1-CPU node once the manifest is read (ASR 0.5 + audio 0.25 + writer 0.25), so it
-# can finish on the head alone; with the reader (0.1) they exceed one node, so the worker gets some of them.
+# The job's actors fit one 1-CPU node (ASR 0.5 + audio 0.25 + writer 0.25; manifest reads ask for no CPU), so it
+# can finish on the head alone; Ray Data spreads actors over the nodes, so the worker gets some of them.
 # Small windows and parts make parts commit while the job runs, not all at the end.
 JOB_FLAGS = ["--device", "cpu", "--asr-actors", "1", "--audio-actors", "1", "--writer-actors", "1",
              "--torch-threads", "1", "--window-rows", "32", "--part-rows", "32", "--max-batch-size", "16"]
@@ -158,9 +158,6 @@ def assert_mid_job(cluster, output: str) -> int:
     return rows
 
 
-@pytest.mark.skip(reason="issue 25: after (c) and (e) began killing and denying mid-job, this job stayed RUNNING "
-                         "past 400 s once the worker host was killed (2026-11-26; it had passed 4 runs before); "
-                         "suspected: the killed driver's actors still holding the head's CPU. Not yet diagnosed")
 def test_b1_worker_host_killed_mid_job(two_hosts):
     """Every process of the worker host SIGKILLed and its namespace removed while rows remain: Ray restarts the
     actors and retries the tasks it lost on the head, and the job finishes there."""
@@ -177,15 +174,12 @@ def test_b1_worker_host_killed_mid_job(two_hosts):
     finally:
         cluster.set_proxy_mode("pass")
     status = cluster.wait_job(first, timeout_s=400)
-    assert status == "SUCCEEDED", f"{status}: {cluster.job_logs(first)[-3000:]}"
+    assert status == "SUCCEEDED", f"{status}: {cluster.job_logs(first)[-3000:]}\n{cluster.describe()}"
     assert_exactly_once(cluster, output)
     assert any(name.startswith("MapWorker") for name in on_worker), \
         f"no stage actor was alive on the worker host when it was killed: {on_worker}"
 
 
-@pytest.mark.skip(reason="issue 25: after (c) and (e) began killing and denying mid-job, this job stayed RUNNING "
-                         "past 400 s once the worker host was killed (2026-11-26; it had passed 4 runs before); "
-                         "suspected: the killed driver's actors still holding the head's CPU. Not yet diagnosed")
 def test_b2_worker_host_killed_and_started_again_mid_job(two_hosts):
     """As (b1), but the ASR actor takes a whole CPU, so the job's actors do not fit the head alone: it can only
     finish once the worker host is back. The host is started again (a new Ray node at the same address), it
@@ -204,7 +198,7 @@ def test_b2_worker_host_killed_and_started_again_mid_job(two_hosts):
     assert cluster.job_status(first) == "RUNNING"
     new_worker = cluster.restart_worker_host()
     status = cluster.wait_job(first, timeout_s=400)
-    assert status == "SUCCEEDED", f"{status}: {cluster.job_logs(first)[-3000:]}"
+    assert status == "SUCCEEDED", f"{status}: {cluster.job_logs(first)[-3000:]}\n{cluster.describe()}"
     assert_exactly_once(cluster, output)
     rejoined = {actor.get("class_name", "?") for actor in cluster.actors() if actor.get("node_id") == new_worker}
     assert any(name.startswith("MapWorker") for name in rejoined), \

@@ -98,7 +98,7 @@ def corpus(s3, nemo_assets):
 def ray_cluster(s3, tmp_path_factory):
     """In-process Ray on 127.0.0.1, started after the S3 variables are set so its workers inherit them.
 
-    Three logical CPUs on this 2-core machine: the job's actors reserve 1.1, which leaves the one whole CPU that
+    Three logical CPUs on this 2-core machine: the job's actors reserve 1.0, which leaves the one whole CPU that
     splitting the manifest rows into small blocks needs (`graph.read_rows`), as on any real cluster.
     """
     import ray
@@ -274,3 +274,26 @@ def test_one_manifests_rows_reach_every_audio_actor_in_small_blocks(ray_cluster,
         assert len(actors) == 2  # both audio actors work on the one manifest
     else:  # without a CPU for the split: the whole manifest is one block, for one actor (documented)
         assert len(actors) == 1
+
+
+def test_manifests_are_read_while_the_jobs_actors_hold_every_cpu(ray_cluster, tmp_path, monkeypatch):
+    """A host died (tests/cluster (b1)): Ray reruns the read tasks it lost on the hosts left, where the job's
+    actors, restarted there, can hold every CPU. A read that asks for CPU then waits forever; it must not."""
+    import ray
+    from ray.data import ActorPoolStrategy, DataContext
+
+    from pipeline.graph import AUDIO_BATCH_ROWS, read_rows
+
+    manifests = []
+    for index in range(2):
+        manifests.append(tmp_path / f"m{index}.json")
+        manifests[-1].write_text("".join(json.dumps({"audio_filepath": f"audio/{index}-{i}.wav", "duration": 2.0})
+                                         + "\n" for i in range(40)))
+    config = TranscribeJobConfig(manifests=tuple(map(str, manifests)), output=str(tmp_path / "out"))
+    monkeypatch.setattr(DataContext.get_current(), "execution_no_progress_timeout_s", 60)  # a hang fails
+    every_cpu = ray.cluster_resources()["CPU"]
+    rows = read_rows(config, [str(m) for m in manifests], spare_cpus=0.0).map_batches(
+        _WhoLoads, batch_size=AUDIO_BATCH_ROWS, batch_format="pyarrow", compute=ActorPoolStrategy(size=1),
+        num_cpus=every_cpu).take_all()
+    ids = [i for row in rows for i in row["ids"]]
+    assert len(ids) == len(set(ids)) == 80
