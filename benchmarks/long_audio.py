@@ -45,7 +45,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._timing import machine  # noqa: E402
-from pipeline import schema, stages  # noqa: E402
+from pipeline import asr_stage, schema, stages  # noqa: E402
 from pipeline.config import BUNDLED_MODEL, REPOSITORY, LongAudioConfig, ModelConfig, ResourcesConfig  # noqa: E402
 from pipeline.decoding import DecodingConfig, plan_decoding  # noqa: E402
 from pipeline.manifest import read_manifest  # noqa: E402
@@ -120,9 +120,9 @@ class Decoder:
                  chunked_read: bool = True) -> None:
         self.model_config = ModelConfig(uri=model_uri)
         self.plan = plan_decoding(read_model_facts(model_uri), DecodingConfig(strategy=strategy))
-        load = (lambda *_: loaded) if loaded is not None else stages.load_model
+        load = (lambda *_: loaded) if loaded is not None else asr_stage.load_model
         self.audio = stages.LoadAudio(SAMPLE_RATE, long_audio=long_audio if chunked_read else LongAudioConfig(0))
-        self.asr = stages.TranscribeBatch(self.model_config, self.plan, ResourcesConfig(), long_audio=long_audio,
+        self.asr = asr_stage.TranscribeBatch(self.model_config, self.plan, ResourcesConfig(), long_audio=long_audio,
                                           load=load)
 
     def __call__(self, manifest: Path) -> tuple[list, float]:
@@ -191,7 +191,7 @@ def memory_run(table_path: str, chunk_s: float, attention: str, model: str) -> N
 
     long_audio = LongAudioConfig(chunk_s=chunk_s, attention=attention)
     plan = plan_decoding(read_model_facts(model), DecodingConfig())
-    stage = stages.TranscribeBatch(ModelConfig(uri=model), plan, ResourcesConfig(), long_audio=long_audio)
+    stage = asr_stage.TranscribeBatch(ModelConfig(uri=model), plan, ResourcesConfig(), long_audio=long_audio)
     stage._ensure_loaded()  # loading NeMo peaks higher than decoding: the peak measured is the call's alone
     table = feather.read_table(table_path)
     peak, done = [0], threading.Event()
@@ -233,7 +233,7 @@ def main() -> None:
     references = [u["text"] for u in placed]
     print(f"recording: {minutes:.1f} min, {len(placed)} utterances ({folder})", flush=True)
 
-    model = stages.load_model(ModelConfig(uri=args.model), "cpu")
+    model = asr_stage.load_model(ModelConfig(uri=args.model), "cpu")
     short = Decoder(args.model, args.strategy, LongAudioConfig(), loaded=model)
     (folder / "warm-up.json").write_text("".join((folder / "short.json").read_text().splitlines(True)[:16]))
     short(folder / "warm-up.json")  # torch's first calls: not part of any setting's time
@@ -259,7 +259,7 @@ def main() -> None:
     print(f"{'utterances one by one':<30} {short_wer:>7.2f} {'':>9} {'':>17} {'':>9} {audio_s / short_s:>7.1f}")
     for name, long_audio in settings:
         if long_audio.attention == "local":  # a fresh model: local attention changes the encoder in place
-            loaded = stages.load_model(ModelConfig(uri=args.model), "cpu")
+            loaded = asr_stage.load_model(ModelConfig(uri=args.model), "cpu")
         else:
             loaded = model
         try:

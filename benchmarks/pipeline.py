@@ -32,7 +32,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from pipeline import schema, stages  # noqa: E402
+from pipeline import asr_stage, schema, stages, write_stage  # noqa: E402
 from pipeline.bucketing import padded_seconds, padding_efficiency, plan_batches  # noqa: E402
 from pipeline.config import BUNDLED_MODEL, ModelConfig, ResourcesConfig, TranscribeJobConfig  # noqa: E402
 
@@ -126,8 +126,8 @@ def bare_loop(config: TranscribeJobConfig, manifest: str) -> tuple[float, float]
     facts = read_model_facts(config.model.uri)
     plan = plan_decoding(facts, config.decoding, "cpu")
     load_audio = stages.LoadAudio(facts.sample_rate)
-    transcribe = stages.TranscribeBatch(config.model, plan, config.resources)
-    finish = stages.FinishAndWrite(config.model, plan, config.output, "bench")
+    transcribe = asr_stage.TranscribeBatch(config.model, plan, config.resources)
+    finish = write_stage.FinishAndWrite(config.model, plan, config.output, "bench")
     rows = list(read_manifest(manifest))
     audio_s = 0.0
     window = config.resources.window_rows

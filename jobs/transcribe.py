@@ -260,7 +260,7 @@ def check_before_starting(config: TranscribeJobConfig) -> None:
     except (DecodingError, ValueError) as error:
         raise SystemExit(f"loopscribe: {error}") from None
     if config.decoding.confidence_calibration:  # the writer checks it too; here it fails before Ray starts
-        from pipeline.stages import load_checked_calibration
+        from pipeline.actor_models import load_checked_calibration
 
         try:
             load_checked_calibration(config.model, plan)

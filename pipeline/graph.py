@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from pipeline import actor_models, schema, sink, stages
+from pipeline import actor_models, asr_stage, schema, sink, stages, write_stage
 from pipeline.chunks import check_attention
 from pipeline.config import TranscribeJobConfig
 from pipeline.decoding import DecodingError, DecodingPlan, plan_decoding
@@ -182,14 +182,14 @@ def build_transcription(config: TranscribeJobConfig, plan: DecodingPlan, manifes
         batch_format="pyarrow", batch_size=AUDIO_BATCH_ROWS, compute=ActorPoolStrategy(size=resources.audio_actors),
         num_cpus=AUDIO_ACTOR_CPUS)
     dataset = dataset.map_batches(
-        stages.TranscribeBatch,
+        asr_stage.TranscribeBatch,
         fn_constructor_kwargs={"model": config.model, "plan": plan, "resources": resources,
                                "long_audio": config.long_audio, "limits": config.input},
         batch_format="pyarrow", batch_size=resources.window_rows,
         compute=ActorPoolStrategy(size=resources.asr_actors), num_cpus=asr_cpus,
         num_gpus=1 if plan.device == "cuda" else 0)
     return dataset.map_batches(
-        stages.FinishAndWrite,
+        write_stage.FinishAndWrite,
         fn_constructor_kwargs={"model": config.model, "plan": plan, "output": config.output, "model_id": model_id},
         batch_format="pyarrow", batch_size=resources.part_rows,
         compute=ActorPoolStrategy(size=resources.writer_actors), num_cpus=finish_cpus)

@@ -80,11 +80,11 @@ def ray_cluster():
 @pytest.mark.parametrize("strategy", ["greedy", "ctc_beam"])
 def test_the_job_boosts_the_list_as_in_process_decoding_does(ray_cluster, tmp_path, strategy):
     from pipeline import schema, sink
+    from pipeline.actor_models import load_model
     from pipeline.config import ModelConfig, ResourcesConfig, TranscribeJobConfig
     from pipeline.decoding import DecodingConfig
     from pipeline.graph import OutputMismatchError, run_transcription
     from pipeline.recognize import pad_waveforms
-    from pipeline.stages import load_model
 
     phrases = tmp_path / "contacts.txt"
     phrases.write_text("\n".join(CONTACTS) + "\n")

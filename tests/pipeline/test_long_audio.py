@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 import soundfile
 
-from pipeline import schema, stages
+from pipeline import asr_stage, schema, stages
 from pipeline.config import BUNDLED_MANIFEST, BUNDLED_MODEL, LongAudioConfig, ModelConfig, ResourcesConfig
 from pipeline.decoding import DecodingConfig, plan_decoding
 from pipeline.manifest import read_manifest
@@ -25,7 +25,7 @@ CHUNKS = LongAudioConfig(chunk_s=8.0, overlap_s=2.0)
 
 @pytest.fixture(scope="module")
 def model():
-    return stages.load_model(ModelConfig(uri=str(BUNDLED_MODEL)), "cpu")
+    return asr_stage.load_model(ModelConfig(uri=str(BUNDLED_MODEL)), "cpu")
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def rows(tmp_path, entries):
 def decode(model, table, long_audio, strategy="greedy", resources=None):
     plan = plan_decoding(read_model_facts(str(BUNDLED_MODEL)), DecodingConfig(strategy=strategy))
     audio = stages.LoadAudio(RATE, long_audio=long_audio)(table)
-    decoded = stages.TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, resources or ResourcesConfig(),
+    decoded = asr_stage.TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, resources or ResourcesConfig(),
                                      long_audio=long_audio,
                                      load=lambda *_: model)(audio)
     return audio, decoded, plan
@@ -89,7 +89,7 @@ def test_chunks_read_by_the_asr_stage_equal_chunks_of_audio_in_memory(model, rec
     read = rows(tmp_path, [{"audio_filepath": str(path), "duration": len(samples) / RATE}])
     in_memory = stages.LoadAudio(RATE, long_audio=LongAudioConfig(chunk_s=0))(read)  # carries the samples
     plan = plan_decoding(read_model_facts(str(BUNDLED_MODEL)), DecodingConfig())
-    stage = stages.TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(), long_audio=CHUNKS,
+    stage = asr_stage.TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(), long_audio=CHUNKS,
                                    load=lambda *_: model)
     _, decoded, _ = decode(model, read, CHUNKS)
     assert stage(in_memory).column(schema.TOKENS).to_pylist() == decoded.column(schema.TOKENS).to_pylist()
@@ -142,7 +142,7 @@ def test_the_other_heads_chunks_are_merged_like_the_chosen_heads(model, recordin
     table = rows(tmp_path, [{"audio_filepath": str(path), "duration": len(samples) / RATE}])
     plan = plan_decoding(read_model_facts(str(BUNDLED_MODEL)), DecodingConfig(head_agreement=True))
     audio = stages.LoadAudio(RATE, long_audio=CHUNKS)(table)
-    decoded = stages.TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(), long_audio=CHUNKS,
+    decoded = asr_stage.TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(), long_audio=CHUNKS,
                                      load=lambda *_: model)(audio)
     second = model.tokenizer.ids_to_text(decoded.column(schema.SECOND_TOKENS)[0].as_py())
     assert len(second.split()) > 40
@@ -176,7 +176,7 @@ def test_a_truncated_long_flac_and_an_offset_past_the_end_are_error_rows(model, 
 def test_local_attention_decodes_a_recording_whole(recording, tmp_path):
     path, samples, _ = recording
     local = LongAudioConfig(chunk_s=0, attention="local", local_context=64)
-    model = stages.load_model(ModelConfig(uri=str(BUNDLED_MODEL)), "cpu")  # its own: local attention changes it
+    model = asr_stage.load_model(ModelConfig(uri=str(BUNDLED_MODEL)), "cpu")  # its own: local attention changes it
     table = rows(tmp_path, [{"audio_filepath": str(path), "duration": len(samples) / RATE}])
     audio, decoded, plan = decode(model, table, local)
     assert audio.column(schema.CHUNKED_READ).to_pylist() == [False]

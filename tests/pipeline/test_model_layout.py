@@ -111,13 +111,13 @@ def test_other_tokenizers_and_encoders_are_refused_not_guessed(nemo_assets, tmp_
 WRITER_SCRIPT = """
 import json, sys
 import pyarrow.feather
-from pipeline import stages
+from pipeline import asr_stage, stages, write_stage
 from pipeline.config import DecodingConfig, ModelConfig
 from pipeline.decoding import plan_decoding
 from pipeline.nemo_file import read_model_facts
 decoded = pyarrow.feather.read_table(sys.argv[1])
 plan = plan_decoding(read_model_facts(sys.argv[2]), DecodingConfig(strategy=sys.argv[4]))
-stages.FinishAndWrite(ModelConfig(uri=sys.argv[2]), plan, sys.argv[3], "test-model")(decoded)
+write_stage.FinishAndWrite(ModelConfig(uri=sys.argv[2]), plan, sys.argv[3], "test-model")(decoded)
 print(json.dumps({"nemo_imported": any(m == "nemo" or m.startswith("nemo.") for m in sys.modules)}))
 """
 
@@ -127,7 +127,7 @@ def test_writer_stage_needs_no_nemo(nemo_assets, tmp_path, strategy):
     """The writer writes the same rows as with the loaded model, in an interpreter that never imports NeMo."""
     import pyarrow.feather
 
-    from pipeline import schema, sink, stages
+    from pipeline import asr_stage, schema, sink, stages, write_stage
     from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig
     from pipeline.decoding import plan_decoding
     from pipeline.manifest import read_manifest
@@ -140,8 +140,8 @@ def test_writer_stage_needs_no_nemo(nemo_assets, tmp_path, strategy):
     model, decoding = ModelConfig(uri=str(nemo_assets["checkpoints"]["tdt_ctc"])), DecodingConfig(strategy=strategy)
     plan = plan_decoding(read_model_facts(model.uri), decoding)
     audio = stages.LoadAudio(sample_rate=16000)(rows)
-    decoded = stages.TranscribeBatch(model, plan, ResourcesConfig())(audio)
-    stages.FinishAndWrite(model, plan, str(tmp_path / "loaded"), "test-model", load=stages.load_model)(decoded)
+    decoded = asr_stage.TranscribeBatch(model, plan, ResourcesConfig())(audio)
+    write_stage.FinishAndWrite(model, plan, str(tmp_path / "loaded"), "test-model", load=asr_stage.load_model)(decoded)
     pyarrow.feather.write_feather(decoded, tmp_path / "decoded.arrow")
     result = subprocess.run([sys.executable, "-c", WRITER_SCRIPT, str(tmp_path / "decoded.arrow"), model.uri,
                              str(tmp_path / "layout"), strategy], cwd=ROOT, capture_output=True, text=True,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipeline import schema, sink, stages
+from pipeline import asr_stage, schema, sink, stages, write_stage
 from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig, TranscribeJobConfig, config_from_dict
 from pipeline.decoding import describe, plan_decoding
 from pipeline.manifest import read_manifest
@@ -58,8 +58,8 @@ def test_error_rows_and_output_columns_hide_uri_and_environment_credentials(nemo
                 f"s3://bucket/y.wav?versionId={QUERY_SECRET}")))
             rows = pa.Table.from_pylist(list(read_manifest(str(manifest))), schema=schema.INPUT_SCHEMA)
             audio = stages.LoadAudio(sample_rate=16000)(rows)
-            decoded = stages.TranscribeBatch(model, plan, ResourcesConfig())(audio)
-            stages.FinishAndWrite(model, plan, str(tmp_path / "out"), "m")(decoded)
+            decoded = asr_stage.TranscribeBatch(model, plan, ResourcesConfig())(audio)
+            write_stage.FinishAndWrite(model, plan, str(tmp_path / "out"), "m")(decoded)
         finally:
             os.environ["AWS_SECRET_ACCESS_KEY"] = saved
     table = sink.read_output(str(tmp_path / "out"))

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipeline import schema, sink, stages
+from pipeline import asr_stage, schema, sink, stages, write_stage
 from pipeline.config import BUNDLED_MODEL, LongAudioConfig, ModelConfig, ResourcesConfig
 from pipeline.decoding import DecodingConfig, plan_decoding
 from pipeline.manifest import MAX_ROW_PHRASES, parse_line, read_manifest
@@ -141,7 +141,7 @@ _MODELS = {}
 
 def load(model_config, device):
     if model_config.uri not in _MODELS:
-        _MODELS[model_config.uri] = stages.load_model(model_config, device)
+        _MODELS[model_config.uri] = asr_stage.load_model(model_config, device)
     return _MODELS[model_config.uri]
 
 
@@ -151,9 +151,9 @@ def run(table, decoding, output, long_audio=None):
     plan = plan_decoding(load(model_config, "cpu").facts, decoding)
     resources = ResourcesConfig(device="cpu", batch_audio_s=30.0)  # several rows a batch, a few batches
     audio = stages.LoadAudio(16000, long_audio=long_audio)(table)
-    transcribe = stages.TranscribeBatch(model_config, plan, resources, long_audio=long_audio, load=load)
+    transcribe = asr_stage.TranscribeBatch(model_config, plan, resources, long_audio=long_audio, load=load)
     decoded = transcribe(audio)
-    stages.FinishAndWrite(model_config, plan, str(output), "bundled")(decoded)
+    write_stage.FinishAndWrite(model_config, plan, str(output), "bundled")(decoded)
     asr_rows = {key(r): r for r in decoded.to_pylist()}
     return {key(r): (r, asr_rows[key(r)]) for r in sink.read_output(str(output)).to_pylist()}, transcribe
 
@@ -267,13 +267,13 @@ def test_a_job_list_and_an_lm_are_fused_with_the_rows_own(domain_table, tmp_path
 def test_every_chunk_of_a_long_row_carries_its_rows_phrases(domain_table, tmp_path, monkeypatch):
     """Rows longer than `chunk_s` (2 s here) are cut into chunks; each chunk is decoded with its row's phrases."""
     seen: list[tuple] = []
-    run_pieces = stages.TranscribeBatch._run
+    run_pieces = asr_stage.TranscribeBatch._run
 
     def recording(self, waveforms, sets):
         seen.extend(sets)
         return run_pieces(self, waveforms, sets)
 
-    monkeypatch.setattr(stages.TranscribeBatch, "_run", recording)
+    monkeypatch.setattr(asr_stage.TranscribeBatch, "_run", recording)
     rows, transcribe = run(domain_table, DecodingConfig(strategy="greedy"), tmp_path / "out",
                            long_audio=LongAudioConfig(chunk_s=2.0, overlap_s=0.5))
     lucero = (("heather lucero", 2.0),)

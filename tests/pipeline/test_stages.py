@@ -8,12 +8,13 @@ bucketing and padding change nothing.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipeline import schema, sink, stages
+from pipeline import asr_stage, schema, sink, stages, write_stage
 from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig
 from pipeline.decoding import DecodingError, compact_ctc_log_probs, describe, plan_decoding
 from pipeline.manifest import read_manifest
@@ -63,7 +64,7 @@ def load_once():
 
     def load(model, device):
         if model.uri not in cache:
-            cache[model.uri] = stages.load_model(model, device)
+            cache[model.uri] = asr_stage.load_model(model, device)
         return cache[model.uri]
 
     return load
@@ -81,8 +82,8 @@ def plan(model_config, decoding=None):
 
 def run_stages(rows_table, model_config, decoding, output, resources=SMALL_BUCKETS):
     audio = stages.LoadAudio(sample_rate=16000)(rows_table)
-    decoded = stages.TranscribeBatch(model_config, plan(model_config, decoding), resources, load=LOAD)(audio)
-    summary = stages.FinishAndWrite(model_config, plan(model_config, decoding), str(output), "test-model")(decoded)
+    decoded = asr_stage.TranscribeBatch(model_config, plan(model_config, decoding), resources, load=LOAD)(audio)
+    summary = write_stage.FinishAndWrite(model_config, plan(model_config, decoding), str(output), "test-model")(decoded)
     return audio, summary
 
 
@@ -181,9 +182,9 @@ def test_calibrated_word_confidence_is_the_map_applied_to_the_uncalibrated(rows,
     calibrated = DecodingConfig(confidence=True, confidence_aggregation="mean",
                                 confidence_calibration=str(tmp_path / "calibration.json"))
     audio = stages.LoadAudio(sample_rate=16000)(rows)
-    decoded = stages.TranscribeBatch(model_config, plan(model_config, raw), SMALL_BUCKETS, load=LOAD)(audio)
+    decoded = asr_stage.TranscribeBatch(model_config, plan(model_config, raw), SMALL_BUCKETS, load=LOAD)(audio)
     for name, decoding in (("raw", raw), ("calibrated", calibrated)):
-        stages.FinishAndWrite(model_config, plan(model_config, decoding), str(tmp_path / name), "m")(decoded)
+        write_stage.FinishAndWrite(model_config, plan(model_config, decoding), str(tmp_path / name), "m")(decoded)
     before, after = ({r[schema.UTTERANCE_ID]: r for r in sink.read_output(str(tmp_path / name)).to_pylist()}
                      for name in ("raw", "calibrated"))
     checked = 0
@@ -203,7 +204,7 @@ def test_calibrated_word_confidence_is_the_map_applied_to_the_uncalibrated(rows,
     wrong = DecodingConfig(confidence=True, confidence_aggregation="mean",
                            confidence_calibration=str(tmp_path / "other.json"))
     with pytest.raises(CalibrationMismatch, match="fitted for 'ctc confidence=tsallis-exp-0.33-mean'"):
-        stages.FinishAndWrite(model_config, plan(model_config, wrong), str(tmp_path / "wrong"), "m")(decoded)
+        write_stage.FinishAndWrite(model_config, plan(model_config, wrong), str(tmp_path / "wrong"), "m")(decoded)
 
 
 def test_without_confidence_the_columns_are_null(rows, model_config, tmp_path):
@@ -304,7 +305,7 @@ def test_ctc_beam_confidence_measures_each_tokens_emission_frame(rows, model_con
 
 def test_a_failing_bucket_is_retried_row_by_row(rows, model_config):
     audio = stages.LoadAudio(sample_rate=16000)(rows)
-    stage = stages.TranscribeBatch(model_config, plan(model_config), ResourcesConfig(batch_audio_s=1000),
+    stage = asr_stage.TranscribeBatch(model_config, plan(model_config), ResourcesConfig(batch_audio_s=1000),
                                    load=LOAD)
     poisoned = len(audio.column(schema.SAMPLES)[0].as_py())
     original = stage._run
@@ -336,7 +337,7 @@ def test_read_manifests_skips_committed_rows(rows, tmp_path):
 
 def test_padding_efficiency_is_reported_per_row(rows, model_config):
     audio = stages.LoadAudio(sample_rate=16000)(rows)
-    decoded = stages.TranscribeBatch(model_config, plan(model_config), ResourcesConfig(batch_audio_s=1000),
+    decoded = asr_stage.TranscribeBatch(model_config, plan(model_config), ResourcesConfig(batch_audio_s=1000),
                                      load=LOAD)(audio)
     audio_s = np.array(decoded.column(schema.AUDIO_S).to_pylist())
     padded = np.array(decoded.column(schema.PADDED_S).to_pylist())
@@ -393,3 +394,20 @@ def test_the_lm_is_fetched_once_and_fused_as_in_process(nemo_assets, rows, model
         changed += texts[0] != texts[1]
         assert "lm_weight=0.8" in results[str(path)][schema.DECODING]
     assert changed > 0  # the LM did change some transcripts
+
+
+def test_each_stage_worker_imports_only_what_its_stage_needs():
+    """A Ray worker imports the module of its stage's class: the reading stages must not pull in torch (every CPU
+    actor would pay its start-up and memory) and the writer must not pull in NeMo (only the ASR stage loads it)."""
+    import subprocess
+    import sys
+
+    script = ("import sys\n"
+              "import pipeline.stages\n"
+              "print('torch' in sys.modules, 'nemo' in sys.modules)\n"
+              "import pipeline.write_stage\n"
+              "print('nemo' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            cwd=str(Path(__file__).resolve().parents[2]))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "False", "False"]
