@@ -57,6 +57,9 @@ def parser() -> argparse.ArgumentParser:
                          f"(default: the bundled samples, {defaults.manifests[0]})")
     io.add_argument("--output", help=f"folder or URI for the Parquet parts, _config.json, _summary.json and "
                                      f"_SUCCESS (default: {defaults.output})")
+    io.add_argument("--retry-errors", action="store_true", default=None,
+                    help="transcribe again the rows an earlier run into the same --output committed as error rows "
+                         "(audio that could not be read then, say); the new row replaces the error row")
     inputs = p.add_argument_group("input bounds (a row past one is an error row)")
     inputs.add_argument("--glob", choices=("auto", "always", "never"),
                         help="read --manifest names as globs: auto: only where no file has that very name "
@@ -195,6 +198,7 @@ def config_from_args(args: argparse.Namespace) -> TranscribeJobConfig:
             "manifests": args.manifests,
             "output": args.output,
             "ray_address": args.ray_address,
+            "retry_errors": args.retry_errors,
             "model": {"uri": args.model_uri, "sha256": args.model_sha256, "cache_dir": args.cache_dir},
             "input": {
                 "glob": args.glob, "read_timeout_s": args.read_timeout_s, "max_file_bytes": args.max_file_bytes,
@@ -341,12 +345,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"loopscribe: warning: {finding}", file=sys.stderr, flush=True)
     print(hide(f"loopscribe: {summary['rows_ok']} transcripts ok, {summary['rows_error']} error rows -> "
                  f"{config.output} (Parquet; read with pandas.read_parquet({config.output!r}))"))
+    if summary["rows_error"]:
+        print("loopscribe: error rows stay as they are on a rerun; once their cause is fixed, the same command with "
+              "--retry-errors transcribes them again", flush=True)
     return 0
 
 
 def findings(summary: dict[str, Any]) -> list[str]:
     """What in a finished job's summary a user should look at, one line each."""
     lines = []
+    if summary.get("error_rows_replaced"):
+        lines.append(f"{summary['error_rows_replaced']} error row(s) of earlier runs transcribed again "
+                     "(--retry-errors) and replaced by their new rows")
     if summary["duplicates_removed"]:
         lines.append(f"{summary['duplicates_removed']} row(s) named an utterance (same audio, offset, duration, "
                      "channel and id) that another row already had: each utterance is written once")

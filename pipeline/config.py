@@ -133,6 +133,8 @@ class TranscribeJobConfig:
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     long_audio: LongAudioConfig = field(default_factory=LongAudioConfig)
     ray_address: str | None = None  # None: RAY_ADDRESS or a running cluster, else a new local one
+    # a rerun transcribes again the rows earlier runs committed as error rows (a file that could not be read then)
+    retry_errors: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.manifests, (str, list)):

@@ -148,7 +148,8 @@ def read_rows(config: TranscribeJobConfig, manifest_uris: list[str], spare_cpus:
 
     dataset = ray.data.from_items([{schema.MANIFEST: uri} for uri in manifest_uris])
     dataset = dataset.map_batches(
-        stages.ReadManifests(sink.committed_ids(config.output), chunk_rows=AUDIO_BATCH_ROWS),
+        stages.ReadManifests(sink.committed_ids(config.output, ok_only=config.retry_errors),
+                              chunk_rows=AUDIO_BATCH_ROWS),
         batch_size=1, batch_format="pyarrow", num_cpus=READ_CPUS,
         compute=TaskPoolStrategy(size=max(1, min(READ_TASKS, len(manifest_uris)))))
     nodes = sum(1 for node in ray.nodes() if node["Alive"])
@@ -293,10 +294,11 @@ def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str,
             raise
         raise JobError(redact(f"{cause} (rows committed before it stay committed; once it is fixed, the same "
                               "command finishes the rest)")) from None
-    removed = sink.deduplicate(config.output)
+    deduplicated = sink.deduplicate(config.output)
     summary = stages.summarize(parts, started)
     summary = {**output_totals(config.output, config.input.duration_tolerance_s), "this_run": summary,
-               "duplicates_removed": removed, "model_id": model_id, "decoding": plan.description, "device": device}
+               "duplicates_removed": deduplicated.duplicates, "error_rows_replaced": deduplicated.errors_replaced,
+               "model_id": model_id, "decoding": plan.description, "device": device}
     summary = redact_values(summary)
     sink.mark_success(config.output, summary)
     return summary

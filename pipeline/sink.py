@@ -17,7 +17,8 @@ The protocol:
    killed at any point and run again processes only the unfinished rows.
 3. At the end, `deduplicate` removes any second row of an utterance id (two parts hold it if Ray re-ran an
    upstream task that batched rows differently; a part or two parts hold it if manifests list the same
-   utterance twice: ids are made from content, `pipeline/manifest.py`), then `_SUCCESS` is written. Every
+   utterance twice: ids are made from content, `pipeline/manifest.py`; or a rerun with `--retry-errors`
+   transcribed an error row again, and its ok row is the one kept), then `_SUCCESS` is written. Every
    utterance is then in exactly one row.
 """
 
@@ -29,6 +30,7 @@ import os
 import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import fsspec
@@ -132,33 +134,52 @@ def read_parts(output_uri: str, columns: list[str] | None = None) -> Iterator[tu
         yield from zip(paths, pool.map(read, paths))
 
 
-def committed_ids(output_uri: str) -> set[str]:
-    """The utterance ids already committed under `output_uri` (reads one column of each part)."""
+def committed_ids(output_uri: str, ok_only: bool = False) -> set[str]:
+    """The utterance ids already committed under `output_uri` (reads one column of each part); with `ok_only`,
+    only those with an ok row, so that a rerun transcribes the error rows again (`--retry-errors`)."""
     done: set[str] = set()
-    for _, table in read_parts(output_uri, [schema.UTTERANCE_ID]):
-        done.update(table.column(0).to_pylist())
+    columns = [schema.UTTERANCE_ID, schema.STATUS] if ok_only else [schema.UTTERANCE_ID]
+    for _, table in read_parts(output_uri, columns):
+        ids = table.column(0).to_pylist()
+        if ok_only:
+            ids = [i for i, status in zip(ids, table.column(1).to_pylist()) if status == schema.STATUS_OK]
+        done.update(ids)
     return done
 
 
-def deduplicate(output_uri: str) -> int:
-    """Rewrite parts so that no utterance id appears twice (the first part in name order keeps it).
+@dataclass(frozen=True)
+class Deduplicated:
+    duplicates: int  # second rows of an utterance removed (a re-batched retry, an utterance listed twice)
+    errors_replaced: int  # error rows removed because the utterance also has an ok row (`--retry-errors`)
 
-    Returns how many duplicate rows were removed; 0 (the usual case) rewrites nothing. Parts made only of
+
+def deduplicate(output_uri: str) -> Deduplicated:
+    """Rewrite parts so that no utterance id appears twice: an ok row is kept over error rows (an error row a
+    rerun transcribed again, `--retry-errors`), and among rows of the same status the first in part-name order.
+
+    Returns how many rows were removed, of each kind; none (the usual case) rewrites nothing. Parts made only of
     duplicates go first, then the partly duplicated ones are rewritten (new part written, old one removed):
     a rewritten part can take the name of a later part holding exactly its remaining rows, which is all
     duplicates, and removing that one afterwards would remove the rewrite.
     """
     filesystem, _ = _filesystem(output_uri)
-    seen: set[str] = set()
-    removed = 0
+    parts = [(path, table.column(0).to_pylist(), table.column(1).to_pylist())
+             for path, table in read_parts(output_uri, [schema.UTTERANCE_ID, schema.STATUS])]
+    keeper: dict[str, tuple[int, int]] = {}  # id -> (part, row) of the row kept
+    for part_index, (_, ids, statuses) in enumerate(parts):
+        for row_index, (utterance_id, status) in enumerate(zip(ids, statuses)):
+            kept = keeper.get(utterance_id)
+            if kept is None or (status == schema.STATUS_OK and parts[kept[0]][2][kept[1]] != schema.STATUS_OK):
+                keeper[utterance_id] = (part_index, row_index)
+    removed = replaced = 0
     all_duplicates: list[str] = []
     partly: list[tuple[str, list[bool]]] = []
-    for path, id_table in read_parts(output_uri, [schema.UTTERANCE_ID]):
-        ids = id_table.column(0).to_pylist()
-        duplicate = []
-        for utterance_id in ids:  # one at a time: a manifest listing an utterance twice puts both in one part
-            duplicate.append(utterance_id in seen)
-            seen.add(utterance_id)
+    for part_index, (path, ids, statuses) in enumerate(parts):
+        # one row at a time: a manifest listing an utterance twice puts both in one part
+        duplicate = [keeper[utterance_id] != (part_index, row_index) for row_index, utterance_id in enumerate(ids)]
+        replaced += sum(1 for row_index, utterance_id in enumerate(ids) if duplicate[row_index]
+                        and statuses[row_index] != schema.STATUS_OK
+                        and parts[keeper[utterance_id][0]][2][keeper[utterance_id][1]] == schema.STATUS_OK)
         if ids and all(duplicate):
             all_duplicates.append(path)
             removed += len(ids)
@@ -173,7 +194,7 @@ def deduplicate(output_uri: str) -> int:
         removed += table.num_rows - kept.num_rows
         write_part(output_uri, kept)
         filesystem.rm(path)
-    return removed
+    return Deduplicated(duplicates=removed - replaced, errors_replaced=replaced)
 
 
 def write_json(output_uri: str, name: str, payload: dict[str, Any]) -> None:

@@ -46,13 +46,13 @@ def ray_cluster(tmp_path_factory):
     shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def transcribe(manifests, output, nemo_assets, cache_dir, part_rows=16):
+def transcribe(manifests, output, nemo_assets, cache_dir, part_rows=16, retry_errors=False):
     from pipeline.graph import run_transcription
 
     config = TranscribeJobConfig(
         manifests=tuple(str(m) for m in manifests), output=str(output),
         model=ModelConfig(uri=str(nemo_assets["checkpoints"]["rnnt"]), cache_dir=str(cache_dir)),
-        resources=ResourcesConfig(**{**RESOURCES.__dict__, "part_rows": part_rows}))
+        resources=ResourcesConfig(**{**RESOURCES.__dict__, "part_rows": part_rows}), retry_errors=retry_errors)
     return run_transcription(config, progress=lambda _: None)
 
 
@@ -145,3 +145,30 @@ def test_one_bad_manifest_costs_only_its_own_rows(ray_cluster, nemo_assets, tmp_
     rows_in = 3 + 1 + len(broken_rows) + 3 + 1
     assert len(table) == summary["rows"] == rows_in
     assert len({r[schema.UTTERANCE_ID] for r in table}) == rows_in
+
+
+def test_error_rows_are_transcribed_again_only_when_asked(ray_cluster, nemo_assets, tmp_path):
+    """A file missing when the job ran is an error row; once it is there, a plain rerun leaves the row as it is
+    (resume skips committed rows, error rows too), and `--retry-errors` transcribes it again: its ok row
+    replaces the error row, and every utterance is still in exactly one row."""
+    files = nemo_assets["files"]
+    late = tmp_path / "late.wav"
+    manifest = write_lines(tmp_path / "m.json", [{"audio_filepath": str(files[0]), "duration": 1.0},
+                                                 {"audio_filepath": str(late), "duration": 1.0},
+                                                 {"audio_filepath": str(files[1]), "duration": 1.0}])
+    output = tmp_path / "out"
+
+    def statuses():
+        table = sink.read_output(str(output)).to_pylist()
+        assert len({r[schema.UTTERANCE_ID] for r in table}) == len(table) == 3
+        return {Path(r[schema.AUDIO_FILEPATH]).name: r[schema.STATUS] for r in table}
+
+    first = transcribe([manifest], output, nemo_assets, tmp_path / "cache")
+    assert first["rows_error"] == 1 and statuses()["late.wav"] == schema.STATUS_ERROR
+    shutil.copy(files[2], late)
+    plain = transcribe([manifest], output, nemo_assets, tmp_path / "cache")
+    assert plain["this_run"]["rows"] == 0 and statuses()["late.wav"] == schema.STATUS_ERROR
+    retried = transcribe([manifest], output, nemo_assets, tmp_path / "cache", retry_errors=True)
+    assert retried["this_run"]["rows"] == 1 and retried["rows_error"] == 0
+    assert retried["error_rows_replaced"] == 1 and retried["duplicates_removed"] == 0
+    assert set(statuses().values()) == {schema.STATUS_OK}

@@ -8,6 +8,7 @@ import pytest
 from pipeline import schema
 from pipeline.sink import (
     CONFIG_FILE,
+    Deduplicated,
     IdentityMismatch,
     check_identity,
     committed_ids,
@@ -64,17 +65,47 @@ def test_deduplicate_leaves_every_row_once(tmp_path):
     write_part(output, rows(["a", "b", "c"]))
     write_part(output, rows(["c", "d"]))  # "c" twice, as a re-batched retry could produce
     write_part(output, rows(["e"]))
-    assert deduplicate(output) == 1
+    assert deduplicate(output).duplicates == 1
     ids = read_output(output).column(schema.UTTERANCE_ID).to_pylist()
     assert sorted(ids) == ["a", "b", "c", "d", "e"]
-    assert deduplicate(output) == 0
+    assert deduplicate(output).duplicates == 0
 
 
 def test_an_utterance_listed_twice_in_one_part_is_kept_once(tmp_path):
     output = str(tmp_path / "out")
     write_part(output, rows(["a", "b", "a", "c", "b"]))  # a manifest naming the same utterances twice
-    assert deduplicate(output) == 2
+    assert deduplicate(output).duplicates == 2
     assert sorted(read_output(output).column(schema.UTTERANCE_ID).to_pylist()) == ["a", "b", "c"]
+
+
+def error_rows(ids):
+    table = rows(ids).to_pylist()
+    for row in table:
+        row.update({schema.STATUS: schema.STATUS_ERROR, schema.TEXT: None, schema.WORDS: None,
+                    schema.ERROR: "m.json, line 1: cannot read the audio"})
+    return to_output_table({name: [row[name] for row in table] for name in schema.OUTPUT_SCHEMA.names})
+
+
+def test_a_retried_error_row_gives_way_to_its_ok_row_in_any_part(tmp_path):
+    """--retry-errors: the rerun's ok row is kept whether its part sorts before or after the error row's, and
+    an error row is still kept where no ok row exists; the resume scan then skips only the ok ids."""
+    output = str(tmp_path / "out")
+    write_part(output, error_rows(["a", "b"]))
+    write_part(output, rows(["c"]))
+    assert committed_ids(output) == {"a", "b", "c"}
+    assert committed_ids(output, ok_only=True) == {"c"}
+    for retried in (["a"], ["b", "z"]):  # part names are hashes: one sorts before the error part, one after
+        write_part(output, rows(retried))
+    write_part(output, error_rows(["z"]))  # an error row beside an ok row of the same id, in a later part
+    assert deduplicate(output) == Deduplicated(duplicates=0, errors_replaced=3)
+    table = read_output(output).to_pylist()
+    assert sorted(r[schema.UTTERANCE_ID] for r in table) == ["a", "b", "c", "z"]
+    assert {r[schema.STATUS] for r in table} == {schema.STATUS_OK}
+    write_part(output, error_rows(["e", "f"]))
+    write_part(output, error_rows(["e"]))  # two error rows of one id: the first in part-name order stays
+    assert deduplicate(output) == Deduplicated(duplicates=1, errors_replaced=0)
+    assert committed_ids(output, ok_only=True) == {"a", "b", "c", "z"}
+    assert sorted(read_output(output).column(schema.UTTERANCE_ID).to_pylist()) == ["a", "b", "c", "e", "f", "z"]
 
 
 IDENTITY = {"model": {"uri": "m.nemo"}, "decoding": {"strategy": "greedy"}}
@@ -108,7 +139,7 @@ def test_many_parts_read_concurrently_keep_name_order_and_first_part_wins(tmp_pa
     for _, table in read:
         for utterance_id, text in zip(*table.to_pydict().values()):
             first_owner.setdefault(utterance_id, text)
-    assert deduplicate(output) == 49
+    assert deduplicate(output).duplicates == 49
     table = read_output(output)
     assert dict(zip(table.column(schema.UTTERANCE_ID).to_pylist(), table.column(schema.TEXT).to_pylist())) == \
         first_owner
@@ -127,7 +158,7 @@ def test_deduplicate_loses_nothing_when_a_rewritten_part_takes_a_later_parts_nam
     write_part(output, rows([x], text="first"))
     write_part(output, rows([x, y, z], text="second"))
     write_part(output, rows([y, z], text="third"))
-    assert deduplicate(output) == 3
+    assert deduplicate(output).duplicates == 3
     table = read_output(output)
     assert dict(zip(table.column(schema.UTTERANCE_ID).to_pylist(), table.column(schema.TEXT).to_pylist())) == {
         x: f"first {x}", y: f"second {y}", z: f"second {z}"}
