@@ -18,9 +18,13 @@ Each run:
    - `rejected.json`, each line with its `reason`;
    - `report.md`, `report.json` and `confidence.png` (keep rate, and where the input had reference texts the
      WER of kept and rejected utterances, against the confidence threshold);
+   - `errors.txt`: the ids of the utterances whose audio it could not read (in `rejected.json` with their error);
+     every later run transcribes them again (`--retry-errors`), and one that now reads is labelled by that run,
+     while one that still fails is counted in the report (`still_unreadable`), not listed again;
    - `labelled.txt`, written last: the utterance ids this run labelled. A run folder without it did not finish
      and is removed by the next run, whose manifests then hold its utterances: each utterance is in exactly
-     one run's manifests.
+     one run's `train.json` or filter rejections, and an unreadable one in one run's `rejected.json` until it
+     reads.
 
 Ray: RAY_ADDRESS or --ray-address, else a private local Ray; on a cluster `ray job submit -- python
 jobs/pseudo_label.py ...` with an object-store `--output`.
@@ -56,7 +60,7 @@ from pipeline.labels import (  # noqa: E402
 )
 from pipeline.redact import redact  # noqa: E402
 
-RUNS, TRANSCRIPTS, LABELLED = "runs", "transcripts", "labelled.txt"
+RUNS, TRANSCRIPTS, LABELLED, ERRORS = "runs", "transcripts", "labelled.txt", "errors.txt"
 THRESHOLDS = [round(0.05 * k, 2) for k in range(21)]  # the report's curve
 
 
@@ -74,18 +78,23 @@ def identity_folder(output: Folder, model_sha256: str, decoding: DecodingConfig)
     return folder
 
 
-def labelled_before(runs: Folder) -> set[str]:
-    """Utterance ids in the manifests of finished runs; unfinished run folders are removed."""
+def labelled_before(runs: Folder) -> tuple[set[str], set[str]]:
+    """Utterance ids that finished runs labelled (put in their manifests with a transcript), and ids whose audio
+    they could not read and reported in their `rejected.json` (retried each run, reported once); unfinished run
+    folders are removed."""
     done: set[str] = set()
+    reported: set[str] = set()
     for name in runs.folders():
         run = runs.child(name)
         if run.exists(LABELLED):
             done.update(run.read(LABELLED).split())
+            if run.exists(ERRORS):
+                reported.update(run.read(ERRORS).split())
         else:
             print(f"pseudo_label: removing the unfinished run {redact(run.uri)}: its utterances go into this run",
                   flush=True)
             run.remove()
-    return done
+    return done, reported - done
 
 
 def curve(rows: list[dict[str, Any]], filters: LabelFilters) -> list[dict[str, Any]]:
@@ -132,6 +141,9 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += [f"WER against the input's own texts: all {report['wer_all']:.1%}, kept "
                   f"{report['wer_kept']:.1%}" + (f", rejected {report['wer_rejected']:.1%}"
                                                   if report.get("wer_rejected") is not None else "") + ".", ""]
+    if report.get("still_unreadable"):
+        lines += [f"{report['still_unreadable']} utterances that an earlier run could not read (listed in its "
+                  "`rejected.json`) were tried again and still could not be read.", ""]
     lines += ["| filter | setting |", "| --- | --- |"]
     lines += [f"| {name} | {value} |" for name, value in report["filters"].items()]
     lines += ["", "| reason | utterances |", "| --- | --- |"]
@@ -224,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
     output = Folder(args.output)
     folder = identity_folder(output, file_sha256(model_path), decoding)
     runs = folder.child(RUNS)
-    done = labelled_before(runs)
+    done, reported_errors = labelled_before(runs)
     run_name = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
     taken = set(runs.folders())
     run_name = next(f"{run_name}-{k}" if k else run_name for k in range(len(taken) + 1)
@@ -242,7 +254,8 @@ def run(args: argparse.Namespace) -> int:
 
     config = TranscribeJobConfig(manifests=tuple(manifests), output=folder.child(TRANSCRIPTS).uri,
                                  model=ModelConfig(uri=args.model, cache_dir=args.cache_dir), decoding=decoding,
-                                 resources=ResourcesConfig(device=args.device))
+                                 resources=ResourcesConfig(device=args.device),
+                                 retry_errors=True)  # audio unreadable last night (an outage) gets another try
     try:
         summary = run_transcription(config)
     except (JobError, FileNotFoundError) as error:
@@ -250,6 +263,10 @@ def run(args: argparse.Namespace) -> int:
 
     table = sink.read_output(config.output)
     rows = [r for r in table.to_pylist() if r[schema.UTTERANCE_ID] not in done]
+    failing_again = [r[schema.STATUS] != schema.STATUS_OK and r[schema.UTTERANCE_ID] in reported_errors
+                     for r in rows]  # reported by an earlier run, tried again, unreadable still: counted only
+    still_failing = sum(failing_again)
+    rows = [r for r, again in zip(rows, failing_again) if not again]
     kept, rejected, reasons = [], [], {}
     for row in rows:
         reason = judge(row, filters)
@@ -265,11 +282,15 @@ def run(args: argparse.Namespace) -> int:
     run_folder.write("rejected.json", write_jsonl([rejected_line(r, reason) for r, reason in rejected]))
     points = curve(rows, filters)
     report = build_report(args, decoding, filters, rows, kept, rejected, reasons, points, run_folder, summary)
+    report["still_unreadable"] = still_failing
     report["wall_s"] = round(time.time() - started, 1)
     run_folder.write("report.json", json.dumps(report, indent=1))
     run_folder.write("report.md", report_markdown(report))
     run_folder.write("confidence.png", plot(points, filters.min_confidence))
-    run_folder.write(LABELLED, "".join(r[schema.UTTERANCE_ID] + "\n" for r in rows))  # last: the run is done
+    unreadable = [r[schema.STATUS] != schema.STATUS_OK for r in rows]
+    run_folder.write(ERRORS, "".join(r[schema.UTTERANCE_ID] + "\n" for r, bad in zip(rows, unreadable) if bad))
+    # last, as the run's commit: the ids it labelled (its error rows are tried again by the next run)
+    run_folder.write(LABELLED, "".join(r[schema.UTTERANCE_ID] + "\n" for r, bad in zip(rows, unreadable) if not bad))
     print(report_markdown(report), flush=True)
     print(f"pseudo_label: {len(kept)} kept, {len(rejected)} rejected -> {redact(run_folder.uri)}", flush=True)
     return 0

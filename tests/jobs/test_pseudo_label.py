@@ -109,7 +109,9 @@ def test_each_night_labels_only_new_audio_and_every_file_lands_once(ray_cluster,
     first_again, second = runs_of(output)
     assert first_again == first
     assert len(files_in([second])) == 20
-    assert json.loads((second / "report.json").read_text())["transcribed_this_run"] == 20
+    second_report = json.loads((second / "report.json").read_text())
+    # the 20 new files, and broken.wav tried again (every run does): still unreadable, so counted, not listed
+    assert second_report["transcribed_this_run"] == 21 and second_report["still_unreadable"] == 1
     every = files_in([first, second])
     assert len(every) == len(set(every)) == 61
 
@@ -130,6 +132,39 @@ def test_each_night_labels_only_new_audio_and_every_file_lands_once(ray_cluster,
     os.utime(rewritten, (1_900_000_000, 1_900_000_000))
     label(audio, output, model, cache)
     assert files_in([runs_of(output)[-1]]) == [str(rewritten)]
+
+
+def test_audio_unreadable_one_night_is_labelled_the_night_it_reads(ray_cluster, nemo_assets, tmp_path):
+    """An utterance whose audio could not be read (an outage, a file not there yet) is reported once, in that
+    run's rejected.json; every later run tries it again, and the first that reads it labels it."""
+    from jobs.pseudo_label import main
+
+    files, late = nemo_assets["files"], tmp_path / "late.wav"
+    manifest = tmp_path / "m.json"
+    manifest.write_text("".join(json.dumps({"audio_filepath": str(path), "duration": 1.0, "text": "words"}) + "\n"
+                                for path in (files[0], late, files[1])))
+    output = tmp_path / "labels"
+
+    def night() -> Path:
+        assert main(["--manifest", str(manifest), "--output", str(output), "--model",
+                     str(nemo_assets["checkpoints"]["rnnt"]), "--cache-dir", str(tmp_path / "cache"),
+                     "--device", "cpu", "--min-confidence", "0"]) == 0
+        return runs_of(output)[-1]
+
+    first = night()
+    kept, rejected, _ = manifest_lines(first)
+    (error,) = [line for line in rejected if line["audio_filepath"] == str(late)]
+    assert error["reason"].startswith("error:") and len(kept) + len(rejected) == 3
+    second = night()  # still missing: tried again, not listed again
+    assert files_in([second]) == []
+    assert json.loads((second / "report.json").read_text())["still_unreadable"] == 1
+    shutil.copy(files[2], late)
+    third = night()
+    kept, rejected, _ = manifest_lines(third)
+    assert [line["audio_filepath"] for line in kept + rejected] == [str(late)]
+    assert not any(line["reason"].startswith("error:") for line in rejected)
+    trained = [line["audio_filepath"] for run in runs_of(output) for line in manifest_lines(run)[0]]
+    assert len(trained) == len(set(trained))
 
 
 def test_on_s3_a_second_night_labels_only_the_new_files(ray_cluster, s3, nemo_assets, tmp_path):
