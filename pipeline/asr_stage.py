@@ -36,7 +36,7 @@ from pipeline.schema import (
     TOKEN_FRAMES,
     TOKENS,
 )
-from pipeline.stages import ENERGY_FRAMES_PER_S, _fail, _ok_rows, _set
+from pipeline.stages import ENERGY_FRAMES_PER_S, mark_failed, ok_rows, set_column
 
 ModelLoader = Callable[[ModelConfig, str], AsrModel]
 MIN_CHUNK_S = 2.0  # a long recording is cut at the first pause this far into a chunk (pipeline/chunks.py)
@@ -114,7 +114,7 @@ class TranscribeBatch:
                            min_frames=round(MIN_CHUNK_S / self.model.frame_shift_s))
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        rows = _ok_rows(table)
+        rows = ok_rows(table)
         column = table.column(SAMPLES)
         uris = table.column(schema.AUDIO_FILEPATH).to_pylist()
         audio_s = table.column(AUDIO_S).to_pylist()
@@ -192,22 +192,22 @@ class TranscribeBatch:
         for (index, chunk), result in zip(pieces, results):
             by_row.setdefault(index, []).append((chunk, result))
         merged = {index: self._merge(row_pieces) for index, row_pieces in by_row.items() if index not in failed}
-        table = _fail(table.drop_columns([SAMPLES]), failed)
+        table = mark_failed(table.drop_columns([SAMPLES]), failed)
         if read_samples:  # what was read of the rows read in chunks: measured, as LoadAudio measures the others
             measured = table.column(schema.AUDIO_DURATION).to_pylist()
             for index, samples in read_samples.items():
                 if index not in failed:
                     measured[index] = audio_s[index] = samples / sample_rate
-            table = _set(table, schema.AUDIO_DURATION, pa.array(measured, pa.float64()))
-            table = _set(table, AUDIO_S, pa.array(audio_s, pa.float64()))
-        table = _set(table, PADDED_S, pa.array(padded, pa.float64()))
+            table = set_column(table, schema.AUDIO_DURATION, pa.array(measured, pa.float64()))
+            table = set_column(table, AUDIO_S, pa.array(audio_s, pa.float64()))
+        table = set_column(table, PADDED_S, pa.array(padded, pa.float64()))
         empty: dict[str, Any] = {}
         for name, kind in ((TOKENS, pa.list_(pa.int64())), (TOKEN_FRAMES, pa.list_(pa.int64())),
                            (TOKEN_DURATIONS, pa.list_(pa.int64())), (SCORE, pa.float64()),
                            (TOKEN_CONFIDENCE, pa.list_(pa.float64())),
                            (CTC_LOG_PROBS, pa.large_binary()), (CTC_FRAMES, pa.list_(pa.int32())),
                            (SECOND_TOKENS, pa.list_(pa.int64()))):
-            table = _set(table, name, pa.array([merged.get(i, empty).get(name) for i in range(table.num_rows)],
+            table = set_column(table, name, pa.array([merged.get(i, empty).get(name) for i in range(table.num_rows)],
                                                type=kind))
         return table
 

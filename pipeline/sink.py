@@ -165,21 +165,21 @@ def deduplicate(output_uri: str) -> Deduplicated:
     filesystem, _ = _filesystem(output_uri)
     parts = [(path, table.column(0).to_pylist(), table.column(1).to_pylist())
              for path, table in read_parts(output_uri, [schema.UTTERANCE_ID, schema.STATUS])]
-    keeper: dict[str, tuple[int, int]] = {}  # id -> (part, row) of the row kept
+    keeper: dict[str, tuple[int, int, bool]] = {}  # id -> (part, row, is ok) of the row kept
     for part_index, (_, ids, statuses) in enumerate(parts):
         for row_index, (utterance_id, status) in enumerate(zip(ids, statuses)):
+            ok = status == schema.STATUS_OK
             kept = keeper.get(utterance_id)
-            if kept is None or (status == schema.STATUS_OK and parts[kept[0]][2][kept[1]] != schema.STATUS_OK):
-                keeper[utterance_id] = (part_index, row_index)
+            if kept is None or (ok and not kept[2]):
+                keeper[utterance_id] = (part_index, row_index, ok)
     removed = replaced = 0
     all_duplicates: list[str] = []
     partly: list[tuple[str, list[bool]]] = []
     for part_index, (path, ids, statuses) in enumerate(parts):
-        # one row at a time: a manifest listing an utterance twice puts both in one part
-        duplicate = [keeper[utterance_id] != (part_index, row_index) for row_index, utterance_id in enumerate(ids)]
-        replaced += sum(1 for row_index, utterance_id in enumerate(ids) if duplicate[row_index]
-                        and statuses[row_index] != schema.STATUS_OK
-                        and parts[keeper[utterance_id][0]][2][keeper[utterance_id][1]] == schema.STATUS_OK)
+        # row by row: a manifest listing an utterance twice puts both in one part
+        duplicate = [keeper[i][:2] != (part_index, row) for row, i in enumerate(ids)]
+        replaced += sum(1 for row, i in enumerate(ids)
+                        if duplicate[row] and statuses[row] != schema.STATUS_OK and keeper[i][2])
         if ids and all(duplicate):
             all_duplicates.append(path)
             removed += len(ids)

@@ -60,7 +60,7 @@ from pipeline.schema import (
 ENERGY_FRAMES_PER_S = 100  # LoadAudio measures the energy of long recordings per 10 ms
 
 
-def _fail(table: pa.Table, failed: dict[int, str]) -> pa.Table:
+def mark_failed(table: pa.Table, failed: dict[int, str]) -> pa.Table:
     """Mark rows (index -> message naming the manifest and line) as errors."""
     if not failed:
         return table
@@ -74,13 +74,13 @@ def _fail(table: pa.Table, failed: dict[int, str]) -> pa.Table:
     return table.set_column(table.schema.get_field_index(schema.ERROR), schema.ERROR, pa.array(error, pa.string()))
 
 
-def _set(table: pa.Table, name: str, values: pa.Array | list) -> pa.Table:
+def set_column(table: pa.Table, name: str, values: pa.Array | list) -> pa.Table:
     values = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values)
     index = table.schema.get_field_index(name)
     return table.set_column(index, name, values) if index >= 0 else table.append_column(name, values)
 
 
-def _ok_rows(table: pa.Table) -> list[int]:
+def ok_rows(table: pa.Table) -> list[int]:
     return [i for i, s in enumerate(table.column(schema.STATUS).to_pylist()) if s == schema.STATUS_OK]
 
 
@@ -135,7 +135,7 @@ class LoadAudio:
         offsets, durations = table.column(schema.OFFSET).to_pylist(), table.column(schema.DURATION).to_pylist()
         channels = table.column(schema.CHANNEL).to_pylist()
         chunk_s = self.long_audio.chunk_s
-        ok = _ok_rows(table)
+        ok = ok_rows(table)
         loaded = load_audio_batch([uris[i] for i in ok], self.sample_rate, [offsets[i] for i in ok],
                                   [durations[i] for i in ok], [channels[i] for i in ok], self.limits)
         for index, audio in zip(ok, loaded):
@@ -148,16 +148,16 @@ class LoadAudio:
                 energies[index] = frame_energies_db(audio.samples, self.sample_rate // ENERGY_FRAMES_PER_S)
             else:
                 samples[index] = audio.samples
-        table = _fail(table, failed)
+        table = mark_failed(table, failed)
         for index in failed:
             samples[index], measured[index], chunked[index] = np.zeros(0, np.float32), None, False
-        table = _set(table, schema.AUDIO_DURATION, pa.array(measured, pa.float64()))
-        table = _set(table, AUDIO_S, pa.array([measured[i] if chunked[i] else len(s) / self.sample_rate
+        table = set_column(table, schema.AUDIO_DURATION, pa.array(measured, pa.float64()))
+        table = set_column(table, AUDIO_S, pa.array([measured[i] if chunked[i] else len(s) / self.sample_rate
                                                for i, s in enumerate(samples)], pa.float64()))
-        table = _set(table, CHUNKED_READ, pa.array(chunked, pa.bool_()))
-        table = _set(table, ENERGIES, pa.array([e if chunked[i] else None for i, e in enumerate(energies)],
+        table = set_column(table, CHUNKED_READ, pa.array(chunked, pa.bool_()))
+        table = set_column(table, ENERGIES, pa.array([e if chunked[i] else None for i, e in enumerate(energies)],
                                                type=pa.list_(pa.float32())))
-        return _set(table, SAMPLES, pa.array(samples, type=pa.large_list(pa.float32())))
+        return set_column(table, SAMPLES, pa.array(samples, type=pa.large_list(pa.float32())))
 
 
 def summarize(parts: list[dict[str, Any]], started_at: float) -> dict[str, Any]:

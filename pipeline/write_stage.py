@@ -38,7 +38,7 @@ from pipeline.schema import (
     TOKEN_FRAMES,
     TOKENS,
 )
-from pipeline.stages import _fail, _ok_rows
+from pipeline.stages import mark_failed, ok_rows
 
 
 class FinishAndWrite:
@@ -72,7 +72,7 @@ class FinishAndWrite:
 
     def __call__(self, table: pa.Table) -> pa.Table:
         started = time.perf_counter()
-        rows = _ok_rows(table)
+        rows = ok_rows(table)
         failed: dict[int, str] = {}
         hypotheses: dict[int, tuple] = {}
         if rows:
@@ -114,7 +114,7 @@ class FinishAndWrite:
             words[index] = [{"word": w.text, "start": w.start_s, "end": w.end_s, "confidence": c}
                             for w, c in zip(transcript.words, word_confidence)]
         second_texts, agreements = self._second_head(table, texts, failed)
-        table = _fail(table, failed)
+        table = mark_failed(table, failed)
         for index in failed:
             texts[index], words[index], confidence[index] = None, None, None
             second_texts[index] = agreements[index] = None

@@ -214,23 +214,32 @@ def test_without_confidence_the_columns_are_null(rows, model_config, tmp_path):
         assert all(w["confidence"] is None for w in row[schema.WORDS] or [])
 
 
-def test_ctc_beam_runs_on_compact_log_probs_like_in_process(rows, model_config, nemo_assets, tmp_path):
-    decoding = DecodingConfig(strategy="ctc_beam", beam_size=4, ctc_collapse_threshold="weak")
+def ctc_beam_in_process(rows, model_config, nemo_assets, tmp_path, decoding):
+    """Runs the stages with `decoding` (a ctc_beam), then searches each file in process as the writer does; yields
+    (the stages' row, the model, the plan, the file's encoder output [1, T, D], its compact log-probs, the
+    in-process hypothesis)."""
     run_stages(rows, model_config, decoding, tmp_path / "out")
     results = {r[schema.AUDIO_FILEPATH]: r for r in sink.read_output(str(tmp_path / "out")).to_pylist()}
     model = LOAD(model_config, "cpu")
     ctc_beam = plan(model_config, decoding)
-    decode = ctc_beam.build_writer_search(model)
-    collapsed_frames = 0
+    search = ctc_beam.build_writer_search(model)
     for path, waveform in zip(nemo_assets["files"], nemo_assets["waveforms"]):
         audio, lengths = pad_waveforms([waveform])
         encoder_output, encoder_lengths = model.encode(audio, lengths)
         compact = compact_ctc_log_probs(model, encoder_output, encoder_lengths, ctc_beam)
-        collapsed_frames += int(encoder_lengths[0]) - len(compact[0][1])
-        h = decode(compact)[0]
+        (h,) = search(compact)
+        yield results[str(path)], model, ctc_beam, encoder_output, compact[0], h
+
+
+def test_ctc_beam_runs_on_compact_log_probs_like_in_process(rows, model_config, nemo_assets, tmp_path):
+    decoding = DecodingConfig(strategy="ctc_beam", beam_size=4, ctc_collapse_threshold="weak")
+    collapsed_frames = 0
+    for row, model, _, encoder_output, (_, frames), h in ctc_beam_in_process(rows, model_config, nemo_assets,
+                                                                              tmp_path, decoding):
+        collapsed_frames += encoder_output.shape[1] - len(frames)
         expected = transcript_of(model, "ctc", h.tokens, h.frame_indices, None, h.score)
-        assert results[str(path)][schema.TEXT] == expected.text
-        assert [(w["word"], w["start"], w["end"]) for w in results[str(path)][schema.WORDS]] == [
+        assert row[schema.TEXT] == expected.text
+        assert [(w["word"], w["start"], w["end"]) for w in row[schema.WORDS]] == [
             (w.text, w.start_s, w.end_s) for w in expected.words]
     assert collapsed_frames > 0  # the collapse did drop frames, and timestamps still came out in original frames
 
@@ -281,20 +290,12 @@ def test_ctc_beam_confidence_measures_each_tokens_emission_frame(rows, model_con
     from decoders.confidence import token_confidence
 
     decoding = DecodingConfig(strategy="ctc_beam", beam_size=4, confidence=True, confidence_aggregation="mean")
-    run_stages(rows, model_config, decoding, tmp_path / "out")
-    results = {r[schema.AUDIO_FILEPATH]: r for r in sink.read_output(str(tmp_path / "out")).to_pylist()}
-    model = LOAD(model_config, "cpu")
-    ctc_beam = plan(model_config, decoding)
-    search = ctc_beam.build_writer_search(model)
     measured = 0
-    for path, waveform in zip(nemo_assets["files"], nemo_assets["waveforms"]):
-        audio, lengths = pad_waveforms([waveform])
-        encoder_output, encoder_lengths = model.encode(audio, lengths)
-        (h,) = search(compact_ctc_log_probs(model, encoder_output, encoder_lengths, ctc_beam))
+    for row, model, ctc_beam, encoder_output, _, h in ctc_beam_in_process(rows, model_config, nemo_assets, tmp_path,
+                                                                           decoding):
         full = model.ctc.log_probs(encoder_output)[0]  # every frame, float32: the frames the tokens stand at
         expected = token_confidence(full[h.frame_indices], ctc_beam.confidence).tolist() if h.tokens else []
         assert h.confidence == pytest.approx(expected, abs=5e-3)  # the search reads float16 log-probs
-        row = results[str(path)]
         words = transcript_of(model, "ctc", h.tokens, h.frame_indices, None, h.score, h.confidence, "mean")
         assert [w["confidence"] for w in row[schema.WORDS]] == pytest.approx(words.word_confidence, abs=1e-6)
         measured += len(h.tokens)
