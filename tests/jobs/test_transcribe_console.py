@@ -32,3 +32,24 @@ def test_a_local_run_prints_loopscribes_lines_and_not_rays(tmp_path):
     for noise in (" INFO ", "Started a local Ray instance", "Token authentication is enabled", "UserWarning",
                   "Tasks: ", "Running Dataset"):
         assert noise not in console, f"{noise!r} on the console:\n{console[-3000:]}"
+
+
+def test_ray_data_issue_detector_warnings_stay_off_the_console():
+    """Ray Data's issue detector warns every 30 s that a stage's workers use more memory than they reserve: the
+    console handlers drop those records (they still reach ray-data.log); other Ray Data warnings still show."""
+    import logging
+
+    from pipeline.graph import quiet_ray_data
+
+    quiet_ray_data()
+    console = [h for h in logging.getLogger("ray.data").handlers
+               if not isinstance(h, logging.FileHandler) and type(h).__name__ != "SessionFileHandler"]
+    assert console
+
+    def record(path: str) -> logging.LogRecord:
+        return logging.LogRecord("ray.data", logging.WARNING, path, 1, "a warning", None, None)
+
+    detector = record("/x/ray/data/_internal/issue_detection/issue_detector_manager.py")
+    other = record("/x/ray/data/_internal/execution/streaming_executor.py")
+    assert not any(h.filter(detector) for h in console)
+    assert all(h.filter(other) for h in console)
