@@ -176,6 +176,9 @@ def parser() -> argparse.ArgumentParser:
     res.add_argument("--asr-actor-cpus", type=float,
                      help="CPUs reserved per ASR actor (default: 1 with a GPU, 0.5 without)")
     res.add_argument("--torch-threads", type=int, help="torch threads per ASR actor on the CPU")
+    res.add_argument("--side-stage-nice", type=int,
+                     help=f"steps of niceness the audio and writer actors run below the ASR actor, so that it runs "
+                          f"first on busy cores; 0: all alike (default: {resources.side_stage_nice})")
     ray_group = p.add_argument_group("ray")
     ray_group.add_argument("--ray-address",
                            help="cluster to join (default: RAY_ADDRESS, as `ray job submit` sets it, else a new "
@@ -227,6 +230,7 @@ def config_from_args(args: argparse.Namespace) -> TranscribeJobConfig:
                 "writer_actors": args.writer_actors, "batch_audio_s": args.batch_audio_s,
                 "max_batch_size": args.max_batch_size, "window_rows": args.window_rows, "part_rows": args.part_rows,
                 "asr_actor_cpus": args.asr_actor_cpus, "torch_threads": args.torch_threads,
+                "side_stage_nice": args.side_stage_nice,
             },
         }
         return config_from_dict(merge(with_current_names(base), overrides))

@@ -72,6 +72,9 @@ class ResourcesConfig:
     part_rows: int = 256  # rows per committed Parquet part
     asr_actor_cpus: float | None = None  # CPUs reserved per ASR actor; None: 1 with a GPU, 0.5 without
     torch_threads: int | None = None  # torch threads per ASR actor on the CPU; None: torch's default
+    side_stage_nice: int = 4  # steps of niceness (0-19) the audio and writer actors run below the ASR actor (Ray's
+    # workers start at 15, the floor is 19): on a node's busy cores the ASR actor, which sets the job's pace, runs
+    # first (docs/benchmarks.md); 0: all stages alike
 
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cpu", "cuda"):
@@ -85,6 +88,8 @@ class ResourcesConfig:
             raise ValueError(f"resources.asr_actor_cpus must be > 0, got {self.asr_actor_cpus}")
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f"resources.torch_threads must be >= 1, got {self.torch_threads}")
+        if not 0 <= self.side_stage_nice <= 19:
+            raise ValueError(f"resources.side_stage_nice must be 0-19 steps, got {self.side_stage_nice}")
 
     def asr_cpus(self, device: str) -> float:
         """CPUs reserved per ASR actor: a whole one beside a GPU; half of one where the actor itself is on a CPU

@@ -179,7 +179,7 @@ def build_transcription(config: TranscribeJobConfig, plan: DecodingPlan, manifes
     dataset = read_rows(config, manifest_uris, ray.cluster_resources().get("CPU", 0.0) - reserved_cpus)
     dataset = dataset.map_batches(
         stages.LoadAudio, fn_constructor_kwargs={"sample_rate": sample_rate, "limits": config.input,
-                               "long_audio": config.long_audio},
+                               "long_audio": config.long_audio, "nice_steps": resources.side_stage_nice},
         batch_format="pyarrow", batch_size=AUDIO_BATCH_ROWS, compute=ActorPoolStrategy(size=resources.audio_actors),
         num_cpus=AUDIO_ACTOR_CPUS)
     dataset = dataset.map_batches(
@@ -191,7 +191,8 @@ def build_transcription(config: TranscribeJobConfig, plan: DecodingPlan, manifes
         num_gpus=1 if plan.device == "cuda" else 0)
     return dataset.map_batches(
         write_stage.FinishAndWrite,
-        fn_constructor_kwargs={"model": config.model, "plan": plan, "output": config.output, "model_id": model_id},
+        fn_constructor_kwargs={"model": config.model, "plan": plan, "output": config.output, "model_id": model_id,
+                               "nice_steps": resources.side_stage_nice},
         batch_format="pyarrow", batch_size=resources.part_rows,
         compute=ActorPoolStrategy(size=resources.writer_actors), num_cpus=finish_cpus)
 

@@ -18,7 +18,8 @@ Each stage is a module of its own so that a Ray worker imports only what its sta
 here import neither torch nor NeMo (a CPU actor starts in a fraction of the time, beside an ASR actor that is
 importing NeMo, and holds a few hundred MB less), the writer imports torch but not NeMo, and only the ASR stage
 loads the model. This module also holds what they share: marking rows failed, setting columns, and the
-run's summary from the parts' summary rows.
+run's summary from the parts' summary rows, and `lower_priority`, which the audio and writer actors call so that
+the ASR actor gets the CPU first where they share a node's busy cores.
 
 Both decoding stages get the job's `DecodingPlan` (`pipeline/decoding.py`), made once by the driver, and read
 every decoding decision from it. Column names come from `pipeline/schema.py`.
@@ -32,6 +33,7 @@ Dims: B batch, S samples, T encoder frames, T' frames after blank collapse, V la
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -84,6 +86,22 @@ def ok_rows(table: pa.Table) -> list[int]:
     return [i for i, s in enumerate(table.column(schema.STATUS).to_pylist()) if s == schema.STATUS_OK]
 
 
+def lower_priority(steps: int) -> None:
+    """Run this actor `steps` steps of niceness lower than now, at most 19 (`resources.side_stage_nice`).
+
+    For the audio and writer actors: on a node whose cores are all busy (at start-up, when every actor is
+    importing at once, and on a CPU-only node for the whole job) the ASR actor then runs first, and it is the
+    stage that sets the job's pace; with cores to spare it changes nothing. Steps, not a level: Ray starts its
+    workers at a niceness of its own (15 by default, `RAY_worker_niceness`), which the ASR actor keeps and which
+    no actor may undo without privileges. Linux keeps a niceness per thread: this sets the calling thread's, which
+    the threads it starts later inherit, among them the one Ray runs the actor's calls on
+    (tests/pipeline/test_graph_ray.py checks that thread). A Ray actor's process ends with the actor, so no later
+    task inherits it.
+    """
+    if steps > 0:
+        os.nice(steps)
+
+
 class ReadManifests:
     """CPU stage: manifest URIs -> their rows (error rows included) not yet committed, as tables of `chunk_rows`.
 
@@ -120,7 +138,8 @@ class LoadAudio:
     """
 
     def __init__(self, sample_rate: int, limits: InputConfig | None = None,
-                 long_audio: LongAudioConfig | None = None) -> None:
+                 long_audio: LongAudioConfig | None = None, nice_steps: int = 0) -> None:
+        lower_priority(nice_steps)
         self.sample_rate, self.limits = sample_rate, limits or InputConfig()
         self.long_audio = long_audio or LongAudioConfig()
 

@@ -38,7 +38,7 @@ from pipeline.schema import (
     TOKEN_FRAMES,
     TOKENS,
 )
-from pipeline.stages import mark_failed, ok_rows
+from pipeline.stages import lower_priority, mark_failed, ok_rows
 
 
 class FinishAndWrite:
@@ -51,7 +51,8 @@ class FinishAndWrite:
     """
 
     def __init__(self, model: ModelConfig, plan: DecodingPlan, output: str, model_id: str,
-                 load: Callable[[ModelConfig, str], AsrModel | ModelLayout] = load_layout) -> None:
+                 load: Callable[[ModelConfig, str], AsrModel | ModelLayout] = load_layout, nice_steps: int = 0) -> None:
+        lower_priority(nice_steps)
         self.model_config, self.plan = model, plan
         self.output = output
         self.model_id = model_id

@@ -91,6 +91,7 @@ def test_the_decoding_column_names_every_setting_that_changed_the_results():
     ({"outptu": "x"}, "unknown config keys: outptu"),
     ({"decoding": {"lm_weight": 0.5}}, "needs decoding.lm_uri"),
     ({"resources": {"gpu_actors": 0}}, "resources.asr_actors must be >= 1"),
+    ({"resources": {"side_stage_nice": 20}}, "resources.side_stage_nice must be 0-19"),
     ({"decoding": {"beam_size": 2.5}}, "decoding.beam_size must be an integer"),
     ({"decoding": {"ctc_collapse_threshold": 1.5}}, "ctc_collapse_threshold must lie in"),
     ({"manifests": []}, "at least one manifest"),

@@ -297,3 +297,45 @@ def test_manifests_are_read_while_the_jobs_actors_hold_every_cpu(ray_cluster, tm
         num_cpus=every_cpu).take_all()
     ids = [i for row in rows for i in row["ids"]]
     assert len(ids) == len(set(ids)) == 80
+
+
+class _NiceAudio:
+    """The audio stage with its priority lowered as the job asks (`resources.side_stage_nice`); each call says
+    at which niceness the thread that ran it was."""
+
+    def __init__(self, nice_steps: int) -> None:
+        from pipeline.stages import LoadAudio
+
+        self.stage = LoadAudio(16_000, nice_steps=nice_steps)
+
+    def __call__(self, table):
+        import threading
+
+        import pyarrow as pa
+
+        rows = self.stage(table)  # the files do not exist: error rows
+        return pa.table({"nice": [os.getpriority(os.PRIO_PROCESS, threading.get_native_id())],
+                         "rows": [rows.num_rows]})
+
+
+def test_the_audio_actor_runs_its_calls_at_the_lowered_priority(ray_cluster, tmp_path):
+    """Steps below Ray's own worker niceness (a level under it would change nothing), on the thread the actor's
+    calls run on: Ray Data runs them on a thread other than the constructor's, and Linux keeps a niceness per
+    thread."""
+    import ray
+    from ray.data import ActorPoolStrategy
+
+    from pipeline.graph import AUDIO_BATCH_ROWS, read_rows
+
+    workers = ray.get(ray.remote(lambda: os.getpriority(os.PRIO_PROCESS, 0)).remote())  # Ray's worker niceness
+    manifest = tmp_path / "m.json"
+    manifest.write_text("".join(json.dumps({"audio_filepath": f"audio/{i}.wav", "duration": 2.0}) + "\n"
+                                for i in range(40)))
+    config = TranscribeJobConfig(manifests=(str(manifest),), output=str(tmp_path / "out"))
+    rows = read_rows(config, [str(manifest)], spare_cpus=0.0).map_batches(
+        _NiceAudio, fn_constructor_kwargs={"nice_steps": 2}, batch_size=AUDIO_BATCH_ROWS, batch_format="pyarrow",
+        compute=ActorPoolStrategy(size=1), num_cpus=0.25).take_all()
+    assert sum(row["rows"] for row in rows) == 40
+    assert {row["nice"] for row in rows} == {min(19, workers + 2)}
+    assert workers < 18  # else the test would not tell the steps from the floor
+    assert os.getpriority(os.PRIO_PROCESS, 0) == 0  # the driver's own priority is untouched
