@@ -1,9 +1,11 @@
-"""A streaming reader for token-level ARPA files (plain or gzip), in NeMo's token convention.
+"""ARPA files (plain or gzip): a streaming reader and a writer, in NeMo's token convention by default.
 
 Token id `i` is written as the single character `chr(i + 100)`; `<s>`, `</s>` and `<unk>` keep their names
 and get the negative ids `BOS_ID`, `EOS_ID`, `UNK_ID`. Words are separated by ASCII spaces or tabs only:
 `str.split()` would also split on characters such as `chr(133)` (NEL) or `chr(160)`, which are tokens here.
 Probabilities and backoffs stay in log10, as written; `decoders/ngram/compile.py` converts to natural log.
+Word-level files (`decoders/ngram/word_lm.py`) go through the same reader and writer, with their own mapping
+between words and ids (`symbol_id`, `name`).
 """
 
 from __future__ import annotations
@@ -87,20 +89,21 @@ class _TokenIds(dict):
         return self[token]
 
 
-def open_text(path: str | Path) -> io.TextIOBase:
-    """Open a plain or gzip text file (detected by its magic bytes, not its name) as UTF-8."""
+def _is_gzip(path: str | Path) -> bool:
+    """Told by the magic bytes, not the name."""
     with open(path, "rb") as raw:
-        magic = raw.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(path, "rt", encoding="utf-8", newline="\n")
-    return open(path, encoding="utf-8", newline="\n")
+        return raw.read(2) == b"\x1f\x8b"
+
+
+def open_text(path: str | Path) -> io.TextIOBase:
+    """Open a plain or gzip text file as UTF-8."""
+    opener = gzip.open if _is_gzip(path) else open
+    return opener(path, "rt", encoding="utf-8", newline="\n")
 
 
 def _open_binary(path: str | Path) -> io.BufferedIOBase:
-    """A plain or gzip file (told by its magic bytes, not its name), opened for reading bytes."""
-    with open(path, "rb") as raw:
-        magic = raw.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+    """A plain or gzip file, opened for reading bytes."""
+    return gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb")
 
 
 def iter_arpa(path: str | Path, symbol_id: Callable[[str], int] = token_to_id) -> Iterator[list[int] | ArpaNgram]:
@@ -265,9 +268,14 @@ def add_missing_prefixes(ngrams: dict[tuple[int, ...], tuple[float, float]],
     return ordered
 
 
-def write_arpa(path: str | Path, ngrams: dict[tuple[int, ...], tuple[float, float]]) -> None:
-    """Write {token ids: (log10 prob, log10 backoff)} as an ARPA file (tests and build fix-ups use it)."""
-    max_order = max(len(key) for key in ngrams)
+def write_arpa(path: str | Path, ngrams: dict[tuple[int, ...], tuple[float, float]],
+               name: Callable[[int], str] = id_to_token, *, max_order: int | None = None) -> None:
+    """Write {ids: (log10 prob, log10 backoff)} as an ARPA file (gzip where `path` ends in `.gz`) in KenLM's
+    spelling: fields separated by tabs, each order's n-grams sorted by id, a backoff only where it is not 0 (as
+    `iter_arpa`, KenLM reads a missing one as 0). `name` spells an id (`id_to_token` by default, the inverse of
+    `iter_arpa`'s `symbol_id`); `max_order` declares orders past the longest key, left empty (as a file read
+    may have declared them)."""
+    max_order = max([max_order or 0, *map(len, ngrams)])
     by_order: list[list[tuple[int, ...]]] = [[] for _ in range(max_order)]
     for key in ngrams:
         by_order[len(key) - 1].append(key)
@@ -280,7 +288,7 @@ def write_arpa(path: str | Path, ngrams: dict[tuple[int, ...], tuple[float, floa
             out.write(f"\n\\{k}-grams:\n")
             for key in sorted(keys):
                 log10_prob, log10_backoff = ngrams[key]
-                words = " ".join(id_to_token(token) for token in key)
+                words = " ".join(map(name, key))
                 if k < max_order and log10_backoff != 0.0:
                     out.write(f"{log10_prob:.7g}\t{words}\t{log10_backoff:.7g}\n")
                 else:

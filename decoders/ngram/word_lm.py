@@ -23,7 +23,8 @@ Two conversions are here; `benchmarks/word_lm.py` measured them and `--lm` draws
   refuses) is left out: its mass backs off.
 
 Values in ARPA files and in the n-gram dictionaries are log10; `{ids: (log10 prob, log10 backoff)}` with token
-ids `>= 0` and `<s>`, `</s>`, `<unk>` as `BOS_ID`, `EOS_ID`, `UNK_ID` (as `decoders/ngram/arpa.py`).
+ids `>= 0` and `<s>`, `</s>`, `<unk>` as `BOS_ID`, `EOS_ID`, `UNK_ID` (as `decoders/ngram/arpa.py`, whose reader
+and writer read and write word-level files too).
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ from decoders.ngram.arpa import (
     BOS_ID,
     EOS_ID,
     KENLM_MISSING_UNK_LOG10,
+    SPECIAL_NAMES,
     TOKEN_OFFSET,
     UNK_ID,
     ArpaNgram,
     add_missing_prefixes,
     iter_arpa,
+    write_arpa,
 )
 
 Ngrams = dict[tuple[int, ...], tuple[float, float]]
@@ -85,6 +88,10 @@ class WordArpa:
     ngrams: Ngrams
     max_order: int
 
+    def word(self, word_id: int) -> str:
+        """The spelling of `word_id`: KenLM's `<s>`, `</s>`, `<unk>` for the special words."""
+        return SPECIAL_NAMES[word_id] if word_id < 0 else self.words[word_id]
+
     def log10_prob(self, context: Sequence[int], word: int) -> float:
         """log10 p(word | context) by ARPA's back-off formula (the context cut to `max_order - 1` words)."""
         context = tuple(context)[max(len(context) - self.max_order + 1, 0):] if self.max_order > 1 else ()
@@ -122,26 +129,8 @@ def read_word_arpa(path: str | Path) -> WordArpa:
 
 
 def write_word_arpa(path: str | Path, word_lm: WordArpa) -> None:
-    """Write a word LM in KenLM's spelling: tab-separated, `<unk>`, `<s>`, `</s>` (plain, or gzip for `.gz`)."""
-    import gzip
-
-    names = {BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>"}
-    by_order: list[list[tuple[int, ...]]] = [[] for _ in range(word_lm.max_order)]
-    for key in word_lm.ngrams:
-        by_order[len(key) - 1].append(key)
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "wt", encoding="utf-8", newline="\n") as out:
-        out.write("\\data\\\n")
-        for k, keys in enumerate(by_order, start=1):
-            out.write(f"ngram {k}={len(keys)}\n")
-        for k, keys in enumerate(by_order, start=1):
-            out.write(f"\n\\{k}-grams:\n")
-            for key in keys:
-                log10_prob, log10_backoff = word_lm.ngrams[key]
-                words = " ".join(names.get(word) or word_lm.words[word] for word in key)
-                backoff = f"\t{log10_backoff:.7g}" if k < word_lm.max_order else ""
-                out.write(f"{log10_prob:.7g}\t{words}{backoff}\n")
-        out.write("\n\\end\\\n")
+    """Write a word LM in KenLM's spelling (`write_arpa`: tabs, `<unk>`, `<s>`, `</s>`; gzip for `.gz`)."""
+    write_arpa(path, word_lm.ngrams, word_lm.word, max_order=word_lm.max_order)
 
 
 def arpa_level(path: str | Path, vocab_size: int) -> Literal["token", "word"]:

@@ -102,6 +102,20 @@ def test_varikn_word_lm_scores_as_kenlm_scores_it(varikn_word_arpa, tmp_path):
     assert all(again.ngrams[key] == pytest.approx(value, abs=1e-6) for key, value in lm.ngrams.items())
 
 
+def test_a_written_word_lm_reads_back_the_same_with_its_declared_orders(tmp_path):
+    """KenLM's spelling (tabs, `<unk>`, zero backoffs left out), and a declared order without n-grams kept."""
+    path = tmp_path / "words.arpa"
+    path.write_text("\\data\\\nngram 1=4\nngram 2=1\nngram 3=0\n\n\\1-grams:\n-1.5 <UNK>\n-99 <s> -0.3\n"
+                    "-0.6 </s> 0\n-0.7 dog -0.1\n\n\\2-grams:\n-0.2 <s> dog -0.05\n\n\\3-grams:\n\n\\end\\\n")
+    lm = read_word_arpa(path)
+    written = tmp_path / "written.arpa"
+    write_word_arpa(written, lm)
+    assert "-0.6\t</s>\n" in written.read_text() and "<UNK>" not in written.read_text()
+    again = read_word_arpa(written)
+    assert (again.words, again.ngrams, again.max_order) == (lm.words, lm.ngrams, 3)
+    assert again.log10_sentence([0]) == pytest.approx(-0.2 - 0.05 - 0.1 - 0.6)
+
+
 def test_arpa_level_tells_words_from_tokens(tmp_path, varikn_word_arpa):
     token_arpa = tmp_path / "tokens.arpa"
     write_arpa(token_arpa, {(0,): (-1.0, 0.0), (1,): (-1.0, 0.0), (BOS_ID,): (-99.0, 0.0), (EOS_ID,): (-1.0, 0.0)})
