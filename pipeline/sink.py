@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import fsspec
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline import schema
@@ -163,36 +165,60 @@ def deduplicate(output_uri: str) -> Deduplicated:
     duplicates, and removing that one afterwards would remove the rewrite.
     """
     filesystem, _ = _filesystem(output_uri)
-    parts = [(path, table.column(0).to_pylist(), table.column(1).to_pylist())
-             for path, table in read_parts(output_uri, [schema.UTTERANCE_ID, schema.STATUS])]
-    keeper: dict[str, tuple[int, int, bool]] = {}  # id -> (part, row, is ok) of the row kept
-    for part_index, (_, ids, statuses) in enumerate(parts):
-        for row_index, (utterance_id, status) in enumerate(zip(ids, statuses)):
-            ok = status == schema.STATUS_OK
-            kept = keeper.get(utterance_id)
-            if kept is None or (ok and not kept[2]):
-                keeper[utterance_id] = (part_index, row_index, ok)
-    removed = replaced = 0
+    # in Arrow, not as Python objects: the ids of millions of rows as Python strings take gigabytes of the driver
+    paths: list[str] = []
+    part_lengths: list[int] = []
+    id_chunks: list[pa.Array] = []
+    ok_chunks: list[pa.Array] = []
+    for path, table in read_parts(output_uri, [schema.UTTERANCE_ID, schema.STATUS]):
+        paths.append(path)
+        part_lengths.append(table.num_rows)
+        # 64-bit offsets: value_counts fails past 2 GiB of ids (some 60 million) in 32-bit ones
+        id_chunks.extend(table.column(0).cast(pa.large_string()).chunks)
+        ok_chunks.extend(pc.fill_null(pc.equal(table.column(1), schema.STATUS_OK), False).chunks)
+    # every row, parts in name order: a row's position in it orders rows as the rule does (part, then row)
+    ids = pa.chunked_array(id_chunks, pa.large_string())
+    counts = pc.value_counts(ids)
+    duplicated_ids = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
+    if len(duplicated_ids) == 0:
+        return Deduplicated(duplicates=0, errors_replaced=0)
+
+    # the rule, on the rows of the duplicated ids only (a manifest listing an utterance twice puts both in one
+    # part: rows, not parts, are compared): ok rows first, then by position, and each id keeps its first row
+    of_duplicated_id = pc.is_in(ids, value_set=duplicated_ids)
+    rows = pa.table({  # filter, not take: a take joins the chunks of all the ids into one array first (a copy)
+        "id": ids.filter(of_duplicated_id),
+        "ok": pa.chunked_array(ok_chunks, pa.bool_()).filter(of_duplicated_id),
+        "position": pc.indices_nonzero(of_duplicated_id),
+    }).sort_by([("ok", "descending"), ("position", "ascending")])
+    # without threads, "first" is the first in the table's order
+    kept = rows.group_by("id", use_threads=False).aggregate([("position", "first"), ("ok", "first")])
+    dropped = rows.filter(pc.invert(pc.is_in(rows.column("position"), value_set=kept.column("position_first"))))
+    ids_with_ok_row = kept.column("id").filter(kept.column("ok_first"))
+    replaced = pc.sum(pc.and_(pc.invert(dropped.column("ok")),
+                              pc.is_in(dropped.column("id"), value_set=ids_with_ok_row))).as_py()
+    dropped_positions = dropped.column("position").to_numpy()
+    keep_row = np.ones(len(ids), dtype=bool)
+    keep_row[dropped_positions] = False
+    part_starts = np.cumsum([0, *part_lengths])
+    removed = 0
     all_duplicates: list[str] = []
-    partly: list[tuple[str, list[bool]]] = []
-    for part_index, (path, ids, statuses) in enumerate(parts):
-        # row by row: a manifest listing an utterance twice puts both in one part
-        duplicate = [keeper[i][:2] != (part_index, row) for row, i in enumerate(ids)]
-        replaced += sum(1 for row, i in enumerate(ids)
-                        if duplicate[row] and statuses[row] != schema.STATUS_OK and keeper[i][2])
-        if ids and all(duplicate):
-            all_duplicates.append(path)
-            removed += len(ids)
-        elif any(duplicate):
-            partly.append((path, duplicate))
+    partly: list[tuple[str, np.ndarray]] = []
+    for part_index in np.unique(np.searchsorted(part_starts, dropped_positions, side="right") - 1):
+        keep = keep_row[part_starts[part_index]:part_starts[part_index + 1]]
+        if keep.any():
+            partly.append((paths[part_index], keep))
+        else:
+            all_duplicates.append(paths[part_index])
+            removed += len(keep)
     for path in all_duplicates:
         filesystem.rm(path)
-    for path, duplicate in partly:
+    for path, keep in partly:
         with filesystem.open(path, "rb") as handle:
             table = pq.read_table(handle)
-        kept = table.filter(pa.array([not d for d in duplicate]))
-        removed += table.num_rows - kept.num_rows
-        write_part(output_uri, kept)
+        left = table.filter(pa.array(keep))
+        removed += table.num_rows - left.num_rows
+        write_part(output_uri, left)
         filesystem.rm(path)
     return Deduplicated(duplicates=removed - replaced, errors_replaced=replaced)
 

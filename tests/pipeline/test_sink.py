@@ -207,3 +207,41 @@ def test_a_part_that_cannot_be_written_names_the_output_and_leaves_nothing_behin
     with pytest.raises(sink.PartWriteError, match="No space left on device"):
         write_part(str(output), rows(["a", "b"]))
     assert list(output.iterdir()) == [] and committed_ids(str(output)) == set()
+
+
+def test_an_utterance_in_three_parts_and_twice_in_one_keeps_its_first_ok_row(tmp_path):
+    """Rows of mixed statuses, an id in three parts and twice in one: whatever order the part names give, each id
+    keeps its first ok row in part-name order (its first row where it has none), a part left with no rows goes,
+    and the others are rewritten under the names of the rows they keep."""
+    output = str(tmp_path / "out")
+    parts = {"p1": [("a", False), ("b", True), ("a", True)],  # an error row and the ok row of one id in one part
+             "p2": [("a", False), ("c", True), ("b", False)],
+             "p3": [("a", True), ("c", False), ("d", False), ("d", False)],
+             "p4": [("e", True), ("e", True)],
+             "p5": [("b", False), ("e", False)]}  # only error rows of ids that have ok rows: removed whole
+    for tag, entries in parts.items():
+        table = rows([i for i, _ in entries]).to_pylist()
+        for row_index, (row, (_, ok)) in enumerate(zip(table, entries)):
+            row.update({schema.TEXT: f"{tag}/{row_index}",
+                        schema.STATUS: schema.STATUS_OK if ok else schema.STATUS_ERROR})
+        write_part(output, to_output_table({name: [row[name] for row in table] for name in schema.OUTPUT_SCHEMA.names}))
+    before = [(path.rsplit("/", 1)[-1], table.to_pylist())
+              for path, table in read_parts(output, [schema.UTTERANCE_ID, schema.TEXT, schema.STATUS])]
+    kept: dict[str, dict] = {}
+    for _, part_rows in before:  # the rule, one row at a time in part-name order
+        for row in part_rows:
+            first = kept.get(row[schema.UTTERANCE_ID])
+            if first is None or (row[schema.STATUS] == schema.STATUS_OK and first[schema.STATUS] != schema.STATUS_OK):
+                kept[row[schema.UTTERANCE_ID]] = row
+    expected_parts = set()
+    for name, part_rows in before:
+        left = [row[schema.UTTERANCE_ID] for row in part_rows if any(row is k for k in kept.values())]
+        if left:
+            expected_parts.add(name if len(left) == len(part_rows) else part_name(left))
+
+    assert deduplicate(output) == Deduplicated(duplicates=3, errors_replaced=6)
+    after = read_output(output, [schema.UTTERANCE_ID, schema.TEXT, schema.STATUS]).to_pylist()
+    assert sorted(after, key=lambda row: row[schema.UTTERANCE_ID]) == [kept[i] for i in sorted(kept)]
+    assert {kept[i][schema.STATUS] for i in "abce"} == {schema.STATUS_OK}
+    assert {path.rsplit("/", 1)[-1] for path in list_parts(output)} == expected_parts
+    assert deduplicate(output) == Deduplicated(duplicates=0, errors_replaced=0)
