@@ -33,6 +33,7 @@ Dims: B batch, S samples, T encoder frames, T' frames after blank collapse, V la
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Iterator
@@ -58,6 +59,7 @@ from pipeline.schema import (
     ROWS_OK,
     SAMPLES,
 )
+from pipeline.sink import IdSet
 
 ENERGY_FRAMES_PER_S = 100  # LoadAudio measures the energy of long recordings per 10 ms
 
@@ -105,23 +107,30 @@ def lower_priority(steps: int) -> None:
 class ReadManifests:
     """CPU stage: manifest URIs -> their rows (error rows included) not yet committed, as tables of `chunk_rows`.
 
-    Called as a function (Ray tasks), with the committed ids read once by the driver. The rows leave in small
-    tables, but Ray Data merges what a task yields into large blocks; `graph.read_rows` splits them again.
+    Called as a function (Ray tasks), with the committed ids read once by the driver (`sink.committed_ids`),
+    looked up `LOOKUP_ROWS` lines at a time. The rows leave in small tables, but Ray Data merges what a task
+    yields into large blocks; `graph.read_rows` splits them again.
     """
 
-    def __init__(self, committed: set[str] | frozenset[str], chunk_rows: int = 16) -> None:
+    LOOKUP_ROWS = 1024  # manifest lines whose ids are looked up among the committed ones at once
+
+    def __init__(self, committed: IdSet, chunk_rows: int = 16) -> None:
         self.committed = committed
         self.chunk_rows = chunk_rows
 
     def __call__(self, batch: pa.Table) -> Iterator[pa.Table]:
         for uri in batch.column(schema.MANIFEST).to_pylist():
             rows: list[dict[str, Any]] = []
-            for entry in read_manifest(uri):
-                if entry[schema.UTTERANCE_ID] not in self.committed:
+            lines = read_manifest(uri)
+            while entries := list(itertools.islice(lines, self.LOOKUP_ROWS)):
+                done = self.committed.contains([entry[schema.UTTERANCE_ID] for entry in entries])
+                for entry, committed in zip(entries, done):
+                    if committed:
+                        continue
                     rows.append(entry)
-                if len(rows) == self.chunk_rows:
-                    yield pa.Table.from_pylist(rows, schema=schema.INPUT_SCHEMA)
-                    rows = []
+                    if len(rows) == self.chunk_rows:
+                        yield pa.Table.from_pylist(rows, schema=schema.INPUT_SCHEMA)
+                        rows = []
             if rows:
                 yield pa.Table.from_pylist(rows, schema=schema.INPUT_SCHEMA)
 

@@ -198,7 +198,7 @@ def test_every_row_once_with_in_process_transcripts_and_clear_errors(ray_cluster
 
 def committed(output):
     sink._filesystem(output)[0].invalidate_cache()
-    return sink.committed_ids(output)
+    return set(sink.committed_ids(output))
 
 
 def test_a_driver_killed_mid_run_then_rerun_ends_with_every_row_once(ray_cluster, corpus, expected, tmp_path):

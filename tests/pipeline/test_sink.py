@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import pickle
+import random
 
 import pyarrow.parquet as pq
 import pytest
@@ -10,6 +12,7 @@ from pipeline.sink import (
     CONFIG_FILE,
     Deduplicated,
     IdentityMismatch,
+    IdSet,
     check_identity,
     committed_ids,
     deduplicate,
@@ -41,7 +44,7 @@ def test_parts_are_named_by_content_and_rewrites_are_idempotent(tmp_path):
     assert write_part(output, rows(["a", "b"])) == first  # a retried task: same name, nothing added
     write_part(output, rows(["c"]))
     assert len(list_parts(output)) == 2
-    assert committed_ids(output) == {"a", "b", "c"}
+    assert set(committed_ids(output)) == {"a", "b", "c"}
     assert not any(p.name.startswith(".tmp") for p in (tmp_path / "out").iterdir())
 
 
@@ -92,8 +95,8 @@ def test_a_retried_error_row_gives_way_to_its_ok_row_in_any_part(tmp_path):
     output = str(tmp_path / "out")
     write_part(output, error_rows(["a", "b"]))
     write_part(output, rows(["c"]))
-    assert committed_ids(output) == {"a", "b", "c"}
-    assert committed_ids(output, ok_only=True) == {"c"}
+    assert set(committed_ids(output)) == {"a", "b", "c"}
+    assert set(committed_ids(output, ok_only=True)) == {"c"}
     for retried in (["a"], ["b", "z"]):  # part names are hashes: one sorts before the error part, one after
         write_part(output, rows(retried))
     write_part(output, error_rows(["z"]))  # an error row beside an ok row of the same id, in a later part
@@ -104,7 +107,7 @@ def test_a_retried_error_row_gives_way_to_its_ok_row_in_any_part(tmp_path):
     write_part(output, error_rows(["e", "f"]))
     write_part(output, error_rows(["e"]))  # two error rows of one id: the first in part-name order stays
     assert deduplicate(output) == Deduplicated(duplicates=1, errors_replaced=0)
-    assert committed_ids(output, ok_only=True) == {"a", "b", "c", "z"}
+    assert set(committed_ids(output, ok_only=True)) == {"a", "b", "c", "z"}
     assert sorted(read_output(output).column(schema.UTTERANCE_ID).to_pylist()) == ["a", "b", "c", "e", "f", "z"]
 
 
@@ -165,7 +168,7 @@ def test_deduplicate_loses_nothing_when_a_rewritten_part_takes_a_later_parts_nam
 
 
 def test_missing_output_has_nothing_committed(tmp_path):
-    assert committed_ids(str(tmp_path / "none")) == set()
+    assert len(committed_ids(str(tmp_path / "none"))) == 0
     assert read_output(str(tmp_path / "none")).num_rows == 0
 
 
@@ -180,12 +183,12 @@ def test_parts_written_by_another_process_are_seen_on_s3():
     with moto_s3("sinkbucket"):
         output = "s3://sinkbucket/out"
         write_json(output, "_config.json", {"job": 1})  # as the driver does first
-        assert committed_ids(output) == set() and not is_complete(output)  # lists (and caches) the folder
+        assert set(committed_ids(output)) == set() and not is_complete(output)  # lists (and caches) the folder
         writer = s3fs.S3FileSystem(skip_instance_cache=True)  # another process's client
         with writer.open("sinkbucket/out/" + part_name(["a", "b"]), "wb") as handle:
             pq.write_table(rows(["a", "b"]), handle)
         writer.pipe("sinkbucket/out/_SUCCESS", b"")
-        assert committed_ids(output) == {"a", "b"} and is_complete(output)
+        assert set(committed_ids(output)) == {"a", "b"} and is_complete(output)
         assert read_output(output).num_rows == 2 and isinstance(read_output(output), pa.Table)
 
 
@@ -206,7 +209,7 @@ def test_a_part_that_cannot_be_written_names_the_output_and_leaves_nothing_behin
     output = tmp_path / "out"
     with pytest.raises(sink.PartWriteError, match="No space left on device"):
         write_part(str(output), rows(["a", "b"]))
-    assert list(output.iterdir()) == [] and committed_ids(str(output)) == set()
+    assert list(output.iterdir()) == [] and len(committed_ids(str(output))) == 0
 
 
 def test_an_utterance_in_three_parts_and_twice_in_one_keeps_its_first_ok_row(tmp_path):
@@ -245,3 +248,37 @@ def test_an_utterance_in_three_parts_and_twice_in_one_keeps_its_first_ok_row(tmp
     assert {kept[i][schema.STATUS] for i in "abce"} == {schema.STATUS_OK}
     assert {path.rsplit("/", 1)[-1] for path in list_parts(output)} == expected_parts
     assert deduplicate(output) == Deduplicated(duplicates=0, errors_replaced=0)
+
+
+def test_the_id_set_answers_as_a_python_set_does():
+    """Ids of every length around the array's width (a longer one must not match its own first bytes), with
+    shared prefixes, non-ASCII, and a set built from parts of different widths."""
+    generator = random.Random(0)
+    alphabet = "ab\u00e9\u4e2d0"
+    members = {"".join(generator.choice(alphabet) for _ in range(generator.randint(1, 6))) for _ in range(300)}
+    parts = [IdSet([i for i in members if len(i) <= 3]), IdSet([i for i in members if len(i) > 3]), IdSet()]
+    ids = IdSet.union(parts)
+    assert set(ids) == members and len(ids) == len(members)
+    queries = sorted(members) + ["".join(generator.choice(alphabet) for _ in range(generator.randint(1, 9)))
+                                 for _ in range(500)] + [max(members, key=len) + "x", ""]
+    assert ids.contains(queries).tolist() == [q in members for q in queries]
+    assert all((q in ids) == (q in members) for q in queries[::7])
+    travelled = pickle.loads(pickle.dumps(ids))  # what a read task receives
+    assert travelled.contains(queries).tolist() == [q in members for q in queries]
+    assert IdSet().contains(["a"]).tolist() == [False] and ids.contains([]).tolist() == []
+
+
+def test_a_million_committed_ids_arrive_in_a_read_task_as_their_own_bytes():
+    """What each manifest-reading task unpickles: 32 MB for a million 32-digit ids (a Python set of them: ~113 MB,
+    a string object each)."""
+    import tracemalloc
+
+    travelling = pickle.dumps(IdSet(f"{i:032x}" for i in range(1_000_000)))
+    tracemalloc.start()
+    try:
+        ids = pickle.loads(travelling)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(ids) == 1_000_000 and f"{123_456:032x}" in ids and f"{2_000_000:032x}" not in ids
+    assert peak < 40 * 2**20
