@@ -233,6 +233,22 @@ def read_arpa(path: str | Path, symbol_id: Callable[[str], int] = token_to_id) -
     )
 
 
+def backoff_log10_prob(ngrams: dict[tuple[int, ...], tuple[float, float]], context: tuple[int, ...], token: int,
+                       unk_log10: float) -> float:
+    """log10 p(token | context) by ARPA's back-off formula over {ids: (log10 prob, log10 backoff)}: the longest
+    listed n-gram of `token` after a suffix of `context`, plus the backoffs of the contexts dropped on the way
+    (a context not listed backs off by 0); `unk_log10` where not even the unigram is listed."""
+    total = 0.0
+    while True:
+        listed = ngrams.get(context + (token,))
+        if listed is not None:
+            return total + listed[0]
+        if not context:
+            return total + unk_log10
+        total += ngrams.get(context, (0.0, 0.0))[1]
+        context = context[1:]
+
+
 def add_missing_prefixes(ngrams: dict[tuple[int, ...], tuple[float, float]],
                          unk_log10: float = KENLM_MISSING_UNK_LOG10) -> list[tuple[int, ...]]:
     """In place: list every missing context of a listed n-gram (pruning by SRILM or varikn drops them).
@@ -242,17 +258,6 @@ def add_missing_prefixes(ngrams: dict[tuple[int, ...], tuple[float, float]],
     longer n-grams (KenLM refuses files with missing contexts; after this it reads them with the same scores).
     Values are log10. Returns the created keys, shortest first.
     """
-
-    def backed_off(context: tuple[int, ...], token: int) -> float:
-        total = 0.0
-        while True:
-            total += ngrams.get(context, (0.0, 0.0))[1]
-            context = context[1:]
-            listed = ngrams.get(context + (token,))
-            if listed is not None:
-                return total + listed[0]
-            if not context:
-                return total + unk_log10
 
     # find them longest first, so that a created prefix gets its own missing prefixes; then give them
     # probabilities shortest first, so that each derivation sees only settled lower orders
@@ -264,7 +269,10 @@ def add_missing_prefixes(ngrams: dict[tuple[int, ...], tuple[float, float]],
             prefix = prefix[:-1]
     ordered = sorted(created, key=lambda key: (len(key), key))
     for key in ordered:
-        ngrams[key] = (backed_off(key[:-1], key[-1]) if len(key) > 1 else unk_log10, 0.0)
+        context, token = key[:-1], key[-1]  # h, w: the backoff of h, then p(w | h[1:])
+        probability = (ngrams.get(context, (0.0, 0.0))[1] + backoff_log10_prob(ngrams, context[1:], token, unk_log10)
+                       if context else unk_log10)
+        ngrams[key] = (probability, 0.0)
     return ordered
 
 

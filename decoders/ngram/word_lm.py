@@ -48,6 +48,7 @@ from decoders.ngram.arpa import (
     UNK_ID,
     ArpaNgram,
     add_missing_prefixes,
+    backoff_log10_prob,
     iter_arpa,
     write_arpa,
 )
@@ -95,15 +96,8 @@ class WordArpa:
     def log10_prob(self, context: Sequence[int], word: int) -> float:
         """log10 p(word | context) by ARPA's back-off formula (the context cut to `max_order - 1` words)."""
         context = tuple(context)[max(len(context) - self.max_order + 1, 0):] if self.max_order > 1 else ()
-        total = 0.0
-        while True:
-            listed = self.ngrams.get(context + (word,))
-            if listed is not None:
-                return total + listed[0]
-            if not context:
-                return total + self.ngrams.get((UNK_ID,), (KENLM_MISSING_UNK_LOG10, 0.0))[0]
-            total += self.ngrams.get(context, (0.0, 0.0))[1]
-            context = context[1:]
+        unk_log10 = self.ngrams.get((UNK_ID,), (KENLM_MISSING_UNK_LOG10, 0.0))[0]
+        return backoff_log10_prob(self.ngrams, context, word, unk_log10)
 
     def log10_sentence(self, words: Sequence[int]) -> float:
         """log10 p(words </s> | <s>)."""
@@ -291,17 +285,6 @@ def _normalise(counts: dict[tuple[int, ...], dict[int, float]], totals: dict[tup
     ngrams[(UNK_ID,)] = (unk_log10, 0.0)
     ngrams[(BOS_ID,)] = (-99.0, 0.0)
 
-    def log10_prob(history: tuple[int, ...], token: int) -> float:
-        total = 0.0
-        while True:
-            listed = ngrams.get(history + (token,))
-            if listed is not None:
-                return total + listed[0]
-            if not history:
-                return total + unk_log10
-            total += ngrams.get(history, (0.0, 0.0))[1]
-            history = history[1:]
-
     by_length: dict[int, list[tuple[int, ...]]] = defaultdict(list)
     for history in counts:
         if history:
@@ -310,7 +293,7 @@ def _normalise(counts: dict[tuple[int, ...], dict[int, float]], totals: dict[tup
         histories = sorted(by_length.get(length, [()] if length == 0 else []))
         for history in histories:
             if history and history not in ngrams:
-                ngrams[history] = (log10_prob(history[:-1], history[-1]), 0.0)
+                ngrams[history] = (backoff_log10_prob(ngrams, history[:-1], history[-1], unk_log10), 0.0)
         entries: Ngrams = {}
         for history in histories:
             listed = counts[history]
@@ -322,7 +305,7 @@ def _normalise(counts: dict[tuple[int, ...], dict[int, float]], totals: dict[tup
                     shrink = (1.0 - _MIN_BACKOFF_MASS) / listed_mass
                     probabilities = {token: p * shrink for token, p in probabilities.items()}
                     listed_mass = 1.0 - _MIN_BACKOFF_MASS
-                lower_mass = sum(10.0 ** log10_prob(history[1:], token) for token in listed)
+                lower_mass = sum(10.0 ** backoff_log10_prob(ngrams, history[1:], token, unk_log10) for token in listed)
             else:  # the unigrams, set above
                 probabilities = {}
             if history:  # the unigrams have nowhere to back off to
