@@ -180,6 +180,11 @@ class IdSet:
         return (value.decode() for value in self._sorted)
 
 
+def _is_ok(statuses: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A `status` column -> whether each row is ok (a null status is not)."""
+    return pc.fill_null(pc.equal(statuses, schema.STATUS_OK), False)
+
+
 def committed_ids(output_uri: str, ok_only: bool = False) -> IdSet:
     """The utterance ids already committed under `output_uri` (reads one column of each part); with `ok_only`,
     only those with an ok row, so that a rerun transcribes the error rows again (`--retry-errors`)."""
@@ -188,7 +193,7 @@ def committed_ids(output_uri: str, ok_only: bool = False) -> IdSet:
     for _, table in read_parts(output_uri, columns):
         ids = table.column(0)
         if ok_only:
-            ids = ids.filter(pc.fill_null(pc.equal(table.column(1), schema.STATUS_OK), False))
+            ids = ids.filter(_is_ok(table.column(1)))
         parts.append(IdSet(ids.to_pylist()))  # a part's ids as Python strings for a moment, not the output's
     return IdSet.union(parts)
 
@@ -219,7 +224,7 @@ def deduplicate(output_uri: str) -> Deduplicated:
         part_lengths.append(table.num_rows)
         # 64-bit offsets: value_counts fails past 2 GiB of ids (some 60 million) in 32-bit ones
         id_chunks.extend(table.column(0).cast(pa.large_string()).chunks)
-        ok_chunks.extend(pc.fill_null(pc.equal(table.column(1), schema.STATUS_OK), False).chunks)
+        ok_chunks.extend(_is_ok(table.column(1)).chunks)
     # every row, parts in name order: a row's position in it orders rows as the rule does (part, then row)
     ids = pa.chunked_array(id_chunks, pa.large_string())
     counts = pc.value_counts(ids)
