@@ -7,11 +7,11 @@ text lacks). A token-level LM is built from `samples/domain/lm_text.txt` with `p
 (50 utterances) on a full grid, with CTC beam search's insertion bonus (token LMs favour short outputs), and
 reported on `test.json` (100). "x greedy" is test WER relative to greedy decoding of the same head without an
 LM (lower is better). The grid is the reference surface; beside its pick, each row shows what the LM biasing
-job's search (`pipeline.tuning.tune`, as `jobs/lm_bias.py` runs it) picks on the same dev set, and how many dev
+job's search (`pipeline.lm.tuning.tune`, as `jobs/lm_bias.py` runs it) picks on the same dev set, and how many dev
 decodes each needed (both count the setting without the LM). Both pick by dev WER, then CER, then the smaller
 weight and bonus; the grid always reports its best LM setting, the search falls back to no LM where its best
-does not beat no LM on dev beyond chance (`pipeline.tuning.beats_beyond_chance`: lower WER and a sign test).
-Encoding, decoding and scoring are `pipeline/tuning.py`'s; the encoder runs once per set. "decode s" is one
+does not beat no LM on dev beyond chance (`pipeline.lm.tuning.beats_beyond_chance`: lower WER and a sign test).
+Encoding, decoding and scoring are `pipeline/lm/tuning.py`'s; the encoder runs once per set. "decode s" is one
 run of decoding alone on the test set, to show what the LM costs here; speed comparisons belong to beam.py,
 ctc.py and ngram.py, which interleave their runs. Also printed: the share of encoder frames that blank
 collapse (at the default threshold, 0.9) leaves to the CTC beam search. Scoring is jiwer's WER and CER on the
@@ -48,9 +48,9 @@ from benchmarks._timing import machine  # noqa: E402
 from decoders.ngram.lm import NgramLm  # noqa: E402
 from jobs.build_lm import build_lm  # noqa: E402
 from pipeline.config import BUNDLED_MODEL, BUNDLED_TDT_MODEL  # noqa: E402
-from pipeline.decoding import DecodingConfig, compact_ctc_log_probs, plan_decoding, strategies_for  # noqa: E402
-from pipeline.nemo_model import AsrModel, load_asr_model  # noqa: E402
-from pipeline.tuning import (  # noqa: E402
+from pipeline.decoding.plan import DecodingConfig, compact_ctc_log_probs, plan_decoding, strategies_for  # noqa: E402
+from pipeline.model.nemo import AsrModel, load_asr_model  # noqa: E402
+from pipeline.lm.tuning import (  # noqa: E402
     EncodedSet,
     Score,
     TrialCache,

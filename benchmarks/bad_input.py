@@ -1,6 +1,6 @@
 """What bad input costs the Ray job: a clean manifest against a hostile one of the same length, side by side.
 
-The hostile manifest (`tests/pipeline/hostile_corpus.py`) has one bad line in five, of 20 kinds: malformed,
+The hostile manifest (`tests/support/hostile_corpus.py`) has one bad line in five, of 20 kinds: malformed,
 truncated, non-UTF-8 and NUL-byte lines, wrong types, null and missing keys, non-finite and huge numbers, and
 missing, corrupt, header-only, empty, directory, FIFO, lying-header (1 Hz), NaN-sample and absurd-frame-count
 audio. The clean one has good lines only. Both go through `run_transcription` on one in-process Ray, into fresh
@@ -30,9 +30,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._timing import machine  # noqa: E402
-from pipeline import schema, sink  # noqa: E402
+from pipeline import schema  # noqa: E402
+from pipeline.io import sink
 from pipeline.config import BUNDLED_MODEL, ModelConfig, ResourcesConfig, TranscribeJobConfig  # noqa: E402
-from tests.pipeline.hostile_corpus import PeakRss, write_hostile_corpus  # noqa: E402
+from tests.support.hostile_corpus import PeakRss, write_hostile_corpus  # noqa: E402
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 

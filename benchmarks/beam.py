@@ -15,7 +15,7 @@ batched ones.
     python benchmarks/beam.py --nemo     # ours vs NeMo's malsd_batch / maes_batch (needs nemo_toolkit)
     python benchmarks/beam.py --device cuda [--no-cuda-graphs]   # beam and greedy with (or without) CUDA graphs
 
-With `--nemo` the model is a random NeMo FastConformer (tests/pipeline/random_nemo.py) with its blank bias
+With `--nemo` the model is a random NeMo FastConformer (tests/support/random_nemo.py) with its blank bias
 bisected to about one label per 3 frames, and our ALSD++ / AES++ (through `pipeline.models.NemoTransducer`)
 are timed against NeMo 3.0's batched computers on the same encoder output, results as host lists on both
 sides. ALSD++'s best hypotheses must equal malsd_batch's; for AES++ the table counts the utterances whose best
@@ -43,13 +43,13 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._timing import interleaved_ms, machine  # noqa: E402
-from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias, emission_rate  # noqa: E402
-from decoders.transducer_aes import AesSkipBlankSearch  # noqa: E402
-from decoders.transducer_beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig  # noqa: E402
-from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy  # noqa: E402
+from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias, emission_rate  # noqa: E402
+from decoders.transducer.aes import AesSkipBlankSearch  # noqa: E402
+from decoders.transducer.beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig  # noqa: E402
+from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy  # noqa: E402
 from tests.reference.transducer_beam import alsd_decode, maes_decode  # noqa: E402
 
-# AES++ with blank-frame skipping gives AES++'s results (tests/decoders/test_transducer_beam.py), so its reference
+# AES++ with blank-frame skipping gives AES++'s results (tests/decoders/transducer/test_beam.py), so its reference
 # is mAES's
 KINDS = {"rnnt": (), "tdt": (0, 1, 2, 3, 4)}
 SEARCHES = {
@@ -109,8 +109,8 @@ def timed(decode, repeats: int, device: str):
 
 def random_nemo_transducer(kind: str, frames_per_label: float = 3.0):
     """A random NeMo RNN-T or TDT model, its `NemoTransducer`, and the blank bias giving that emission rate."""
-    from pipeline.nemo_model import NemoTransducer
-    from tests.pipeline.random_nemo import build_random_model, set_blank_bias, train_tokenizer
+    from pipeline.model.nemo import NemoTransducer
+    from tests.support.random_nemo import build_random_model, set_blank_bias, train_tokenizer
 
     nemo_kind = "rnnt" if kind == "rnnt" else "tdt_ctc"
     model = build_random_model(nemo_kind, train_tokenizer(Path(tempfile.mkdtemp(prefix="beam_bench_")) / "tok"), seed=3)

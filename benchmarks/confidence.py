@@ -11,7 +11,7 @@ inserted is wrong.
 Figures, on test.json (100 utterances): AUC-ROC and AUC-PR of detecting wrong words (the score is 1 -
 confidence; AUC-PR is average precision with the wrong words as positives), NCE (normalised cross entropy of
 the confidence as P(right): above 0 is better than the constant share of right words) and ECE (expected
-calibration error, 10 equal-width bins). Calibration maps (`pipeline/calibration.py`: isotonic regression and
+calibration error, 10 equal-width bins). Calibration maps (`pipeline/decoding/calibration.py`: isotonic regression and
 Platt scaling) are fitted on dev.json (50 utterances) and evaluated on test. The `nemo` row is NeMo 3.0 itself
 (`change_decoding_strategy` with `confidence_cfg`, `transcribe(return_hypotheses=True)`,
 `hypothesis.word_confidence`) on the same model and waveforms with its default measure (tsallis, 0.33, exp,
@@ -46,13 +46,13 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
 from benchmarks._timing import machine  # noqa: E402
-from pipeline.calibration import DEFAULT_KIND, KINDS, fit_calibration, measure_of  # noqa: E402
+from pipeline.decoding.calibration import DEFAULT_KIND, KINDS, fit_calibration, measure_of  # noqa: E402
 from pipeline.config import BUNDLED_MODEL  # noqa: E402
-from pipeline.decoding import DecodingConfig, decode_in_process, plan_decoding  # noqa: E402
-from pipeline.fetch import file_sha256  # noqa: E402
-from pipeline.nemo_model import AsrModel, load_asr_model  # noqa: E402
-from pipeline.recognize import transcript_of  # noqa: E402
-from pipeline.tuning import EncodedSet, encode_set  # noqa: E402
+from pipeline.decoding.plan import DecodingConfig, decode_in_process, plan_decoding  # noqa: E402
+from pipeline.io.fetch import file_sha256  # noqa: E402
+from pipeline.model.nemo import AsrModel, load_asr_model  # noqa: E402
+from pipeline.decoding.recognize import transcript_of  # noqa: E402
+from pipeline.lm.tuning import EncodedSet, encode_set  # noqa: E402
 
 ECE_BINS = 10
 # (row name, DecodingConfig confidence settings); alpha 1.0: every entropy is Shannon's

@@ -20,9 +20,9 @@ import torch
 
 from benchmarks._timing import interleaved_ms, machine
 from decoders.confidence import ConfidenceConfig
-from decoders.ctc import CtcGreedy
-from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias
-from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
+from decoders.ctc.greedy import CtcGreedy
+from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias
+from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy
 
 
 def _transducer_runs(model, configs, encoder_output, lengths) -> dict:

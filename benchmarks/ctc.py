@@ -8,7 +8,7 @@ table; `ctc-beam-decoder` through KenLM with the word trick of REFERENCE.md sect
 for all beam searches: beam size K, beam threshold (pyctcdecode's beam_prune_logp) and token_min_log_prob
 (its token_min_logp); ours also caps the labels per frame at M. Token error rates (TER) are against the
 sampled label sequences. Ratios are speed-ups over our beam search without collapse, and over the peer.
-"compiled" rows are `decoders/ctc_beam_cpu.py::CpuCtcBeamSearch` (numba; the CPU actors' search), which must give
+"compiled" rows are `decoders/ctc/beam_cpu.py::CpuCtcBeamSearch` (numba; the CPU actors' search), which must give
 the torch search's text; its threads (a pool over the utterances of a batch) follow `--threads`.
 
 With `--domain`, the bundled model and domain test set too (`samples/domain/test.json`, 100 utterances, the
@@ -49,9 +49,9 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._timing import interleaved_ms, machine  # noqa: E402
-from decoders.ctc import CtcGreedy, collapse_blanks  # noqa: E402
-from decoders.ctc_beam import CtcBeamConfig, CtcBeamSearch  # noqa: E402
-from decoders.ctc_beam_cpu import CpuCtcBeamSearch  # noqa: E402
+from decoders.ctc.greedy import CtcGreedy, collapse_blanks  # noqa: E402
+from decoders.ctc.beam import CtcBeamConfig, CtcBeamSearch  # noqa: E402
+from decoders.ctc.beam_cpu import CpuCtcBeamSearch  # noqa: E402
 from tests.reference.ctc import (  # noqa: E402
     nemo_symbol,
     peaky_emissions_with_tokens,
@@ -175,7 +175,7 @@ def bench_vocab(args, vocab_size: int, folder: Path) -> dict:
     for threshold in args.thresholds:
         runs[f"beam, collapse {threshold}"] = beam(threshold if threshold == "weak" else float(threshold))
     kept = {"greedy": 1.0, "greedy+lm": 1.0, "beam": 1.0}
-    if args.device == "cpu":  # the compiled search (decoders/ctc_beam_cpu.py): CPU only
+    if args.device == "cpu":  # the compiled search (decoders/ctc/beam_cpu.py): CPU only
         runs["compiled"] = beam(None, CpuCtcBeamSearch)
         kept["compiled"] = 1.0
         for threshold in args.thresholds:
@@ -245,8 +245,8 @@ def bench_domain(args, folder: Path) -> dict:
     from decoders.ngram.lm import NgramLm
     from jobs.build_lm import build_lm
     from pipeline.config import BUNDLED_MODEL
-    from pipeline.nemo_model import load_asr_model
-    from pipeline.tuning import encode_set, score
+    from pipeline.model.nemo import load_asr_model
+    from pipeline.lm.tuning import encode_set, score
 
     repository = Path(__file__).resolve().parent.parent
     domain = repository / "samples" / "domain"
@@ -372,7 +372,7 @@ def main() -> None:
             f"{torch.get_num_threads()} threads"
         )
         print("x = speed-up over our (torch) beam search without collapse; x peer = over ctc-beam-decoder; "
-              "compiled = decoders/ctc_beam_cpu.py; TER against the sampled label sequences")
+              "compiled = decoders/ctc/beam_cpu.py; TER against the sampled label sequences")
     for result in results:
         print(
             f"\nV={result['vocab_size']} (LM: {result['lm']}; "

@@ -28,9 +28,9 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._timing import interleaved_ms, machine  # noqa: E402
-from decoders.frame_looping import FrameLoopingGreedy  # noqa: E402
-from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias, emission_rate  # noqa: E402
-from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy  # noqa: E402
+from decoders.transducer.frame_looping import FrameLoopingGreedy  # noqa: E402
+from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias, emission_rate  # noqa: E402
+from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy  # noqa: E402
 
 KINDS = {"rnnt": (), "tdt": (0, 1, 2, 3, 4)}
 

@@ -1,6 +1,6 @@
 """Tuning an LM weight: encode the dev set once and decode it per setting, against a transcription per setting.
 
-`jobs/lm_bias.py` tunes the LM weight (and CTC beam search's insertion bonus) the first way (`pipeline/tuning.py`):
+`jobs/lm_bias.py` tunes the LM weight (and CTC beam search's insertion bonus) the first way (`pipeline/lm/tuning.py`):
 (a) load the model once, read and encode the dev set once (`encode_set`), then one `transcribe_set` and `score`
 per setting. Without the job, a user runs (b): one full `pipeline.graph.run_transcription` per setting on the dev
 manifest into a fresh output (the audio read, encoded, decoded and written to Parquet again each time, the model
@@ -36,10 +36,11 @@ sys.path.insert(0, str(REPOSITORY))
 import torch  # noqa: E402
 
 from benchmarks._timing import machine  # noqa: E402
-from pipeline import schema, sink  # noqa: E402
+from pipeline import schema  # noqa: E402
+from pipeline.io import sink
 from pipeline.config import BUNDLED_MODEL, ModelConfig, ResourcesConfig, TranscribeJobConfig  # noqa: E402
-from pipeline.decoding import DecodingConfig  # noqa: E402
-from pipeline.tuning import encode_set, score, takes_bonus, transcribe_set  # noqa: E402
+from pipeline.decoding.plan import DecodingConfig  # noqa: E402
+from pipeline.lm.tuning import encode_set, score, takes_bonus, transcribe_set  # noqa: E402
 
 FULL_STRATEGIES, FULL_WEIGHTS = ("alsd", "ctc_beam"), (0.5, 1.0, 2.0)
 QUICK_STRATEGIES, QUICK_WEIGHTS = ("alsd",), (1.0,)  # one transcription run: (a)'s fixed cost weighs most here
@@ -91,9 +92,9 @@ def main() -> int:
 
     from decoders.ngram.lm import NgramLm
     from jobs.build_lm import build_lm
-    from pipeline.audio import load_audio
-    from pipeline.manifest import read_manifest
-    from pipeline.nemo_model import load_asr_model
+    from pipeline.io.audio import load_audio
+    from pipeline.io.manifest import read_manifest
+    from pipeline.model.nemo import load_asr_model
 
     work = Path(tempfile.mkdtemp(prefix="lslmt", dir="/tmp"))  # short: Ray's socket paths live under it
     rows: list[dict] = []

@@ -45,12 +45,13 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._timing import machine  # noqa: E402
-from pipeline import asr_stage, schema, stages  # noqa: E402
+from pipeline import schema  # noqa: E402
+from pipeline.stages import asr as asr_stage, rows as stages
 from pipeline.config import BUNDLED_MODEL, REPOSITORY, LongAudioConfig, ModelConfig, ResourcesConfig  # noqa: E402
-from pipeline.decoding import DecodingConfig, plan_decoding  # noqa: E402
-from pipeline.manifest import read_manifest  # noqa: E402
-from pipeline.nemo_file import read_model_facts  # noqa: E402
-from pipeline.recognize import transcript_of  # noqa: E402
+from pipeline.decoding.plan import DecodingConfig, plan_decoding  # noqa: E402
+from pipeline.io.manifest import read_manifest  # noqa: E402
+from pipeline.model.nemo_file import read_model_facts  # noqa: E402
+from pipeline.decoding.recognize import transcript_of  # noqa: E402
 
 SAMPLE_RATE = 16000
 WHOLE_MINUTES = 10  # the longest recording decoded whole with full attention

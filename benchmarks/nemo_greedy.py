@@ -10,7 +10,7 @@ Both run side by side in one process, alternating, on the same model; figures ar
 NeMo's time over ours (above 1: ours is faster). Tokens are checked equal before timing.
 
 The model is a `.nemo` given with `--model`, or a random FastConformer built here from NeMo's example
-config layout (`tests/pipeline/random_nemo.py`), calibrated to emit about one label per 3 frames, with a
+config layout (`tests/support/random_nemo.py`), calibrated to emit about one label per 3 frames, with a
 SentencePiece tokenizer trained on the spot (or taken from `--tokenizer`). Audio is espeak-ng speech.
 
     python benchmarks/nemo_greedy.py --quick                      # about a minute on a 2-core CPU
@@ -64,8 +64,8 @@ def parse_args() -> argparse.Namespace:
 
 
 def build_model(args, workdir: Path):
-    from pipeline.nemo_model import AsrModel, load_asr_model
-    from tests.pipeline import random_nemo
+    from pipeline.model.nemo import AsrModel, load_asr_model
+    from tests.support import random_nemo
 
     sentences = (random_nemo.SENTENCES * ((args.utterances + 11) // 12))[: args.utterances]
     files = random_nemo.synthesize(workdir / "audio", sentences)
@@ -145,7 +145,7 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    from pipeline.recognize import GreedyRecognizer, pad_waveforms
+    from pipeline.decoding.recognize import GreedyRecognizer, pad_waveforms
 
     with tempfile.TemporaryDirectory() as tmp:
         model, waveforms, about = build_model(args, Path(tmp))

@@ -37,8 +37,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from pipeline import asr_stage, schema, stages, write_stage  # noqa: E402
-from pipeline.bucketing import padded_seconds, padding_efficiency, plan_batches  # noqa: E402
+from pipeline import schema  # noqa: E402
+from pipeline.stages import asr as asr_stage, rows as stages, write as write_stage
+from pipeline.stages.bucketing import padded_seconds, padding_efficiency, plan_batches  # noqa: E402
 from pipeline.config import BUNDLED_MODEL, ModelConfig, ResourcesConfig, TranscribeJobConfig  # noqa: E402
 
 
@@ -104,7 +105,7 @@ def padding_table(args) -> dict:
 
 
 def make_model_and_audio(args, work: Path) -> tuple[str, list[Path]]:
-    from tests.pipeline import random_nemo
+    from tests.support import random_nemo
 
     files = random_nemo.synthesize(work / "audio", random_nemo.SENTENCES)
     if args.model:
@@ -125,9 +126,9 @@ def bare_loop(config: TranscribeJobConfig, manifest: str) -> tuple[float, float]
     """The stages in this process over windows of rows, as a hand-written loop would run them."""
     import pyarrow as pa
 
-    from pipeline.decoding import plan_decoding
-    from pipeline.manifest import read_manifest
-    from pipeline.nemo_file import read_model_facts
+    from pipeline.decoding.plan import plan_decoding
+    from pipeline.io.manifest import read_manifest
+    from pipeline.model.nemo_file import read_model_facts
 
     started = time.perf_counter()
     facts = read_model_facts(config.model.uri)

@@ -38,7 +38,8 @@ import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from pipeline import schema, sink  # noqa: E402
+from pipeline import schema  # noqa: E402
+from pipeline.io import sink
 
 THREADS = (1, 4, 16)
 ROWS_PER_PART = 16
@@ -170,7 +171,7 @@ def main() -> None:
         return
     # imported only here: torch (benchmarks._timing) and moto would set the peak memory a --dedupe-run measures
     from benchmarks._timing import interleaved_ms, machine
-    from tests.pipeline.s3_server import moto_s3
+    from tests.support.s3_server import moto_s3
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request
     with moto_s3("bench") as endpoint:
         output = "s3://bench/out"

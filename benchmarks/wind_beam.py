@@ -4,11 +4,11 @@ beams 2, 4 and 8, without and with the domain LM.
 The bundled RNN-T (`models/demo_hybrid_rnnt_ctc.nemo`) encodes `samples/domain/test.json` once; each search then
 decodes the encoder output (decoder only, batches of `--batch-size` utterances sorted by length, as
 `benchmarks/accuracy.py` does), eagerly on the CPU. The searches:
-- `alsd`: ALSD++ (`decoders/transducer_beam.py`);
-- `aes`: AES++ (`decoders/transducer_aes.py`);
+- `alsd`: ALSD++ (`decoders/transducer/beam.py`);
+- `aes`: AES++ (`decoders/transducer/aes.py`);
 - `aes_skip`: AES++ that moves over blank-only frames with a windowed joint call (`AesSkipBlankSearch`, the
   project's earlier "wind_beam"; same results as AES++ by test, so only its time is new);
-- `wind`: the WIND paper's beam search (`decoders/transducer_wind_beam.py`), window `--window`, with mAES's
+- `wind`: the WIND paper's beam search (`decoders/transducer/wind_beam.py`), window `--window`, with mAES's
   pruning by value of each hypothesis's window entries (`expansion_gamma` 2.3, as AES++), its default;
 - `wind_topk`: the same with `expansion_gamma` infinite: each hypothesis's K best window entries, nothing
   pruned by value: the paper's step taken literally.
@@ -48,13 +48,13 @@ sys.path.insert(0, str(REPOSITORY))
 from benchmarks._timing import interleaved_ms, machine  # noqa: E402
 from benchmarks.accuracy import read_set  # noqa: E402
 from decoders.ngram.lm import NgramLm  # noqa: E402
-from decoders.transducer_aes import AesBeamSearch, AesSkipBlankSearch  # noqa: E402
-from decoders.transducer_beam import AlsdBeamSearch, BeamSearchConfig  # noqa: E402
-from decoders.transducer_wind_beam import WindBeamSearch  # noqa: E402
+from decoders.transducer.aes import AesBeamSearch, AesSkipBlankSearch  # noqa: E402
+from decoders.transducer.beam import AlsdBeamSearch, BeamSearchConfig  # noqa: E402
+from decoders.transducer.wind_beam import WindBeamSearch  # noqa: E402
 from jobs.build_lm import build_lm  # noqa: E402
 from pipeline.config import BUNDLED_MODEL  # noqa: E402
-from pipeline.nemo_model import load_asr_model  # noqa: E402
-from pipeline.tuning import EncodedSet, score  # noqa: E402
+from pipeline.model.nemo import load_asr_model  # noqa: E402
+from pipeline.lm.tuning import EncodedSet, score  # noqa: E402
 
 # name -> (search, settings beyond the beam, window and LM weight)
 SEARCHES = {

@@ -5,18 +5,18 @@ lines of `samples/domain/lm_text.txt`; the 10th lines are held out. It is conver
 for the bundled model's tokenizer by each candidate:
 
 - sample: sentences drawn from the word LM (respecting its back-off weights: `sample_word_sentences`; as many
-  as `pipeline/word_lm.py::sentences_to_draw` says, or `--sample-factor` per training line), and a token LM
+  as `pipeline/lm/word_arpa.py::sentences_to_draw` says, or `--sample-factor` per training line), and a token LM
   estimated from them by `jobs/build_lm.py` (what `--lm` does with a word-level ARPA);
 - spell: every word n-gram spelled out in tokens, renormalised per token history
   (`decoders/ngram/word_lm.py::spell_word_lm`).
 
-Both run as `--lm` runs them (`pipeline/word_lm.py::convert_word_arpa`).
+Both run as `--lm` runs them (`pipeline/lm/word_arpa.py::convert_word_arpa`).
 
 For comparison, `text`: the token LM `jobs/build_lm.py` estimates from the same 9 in 10 lines (what the word
 LM's owner would build if they had the text), and no LM; the word LM's own perplexity of the held-out lines,
 per token, is the mark a conversion can reach. Each LM gets: conversion seconds, n-grams and binary
 size, per-token perplexity of the held-out lines (`</s>` counted), and per strategy its LM weight tuned on
-`samples/domain/dev.json` (`pipeline/tuning.py::tune`, as `jobs/lm_bias.py` tunes) with the dev WER there,
+`samples/domain/dev.json` (`pipeline/lm/tuning.py::tune`, as `jobs/lm_bias.py` tunes) with the dev WER there,
 and the WER on `samples/domain/test.json` at that weight (never tuned on).
 
     python benchmarks/word_lm.py            # greedy and alsd (beam 4); dev tuned, test scored
@@ -47,7 +47,7 @@ import torch  # noqa: E402
 from benchmarks._timing import machine  # noqa: E402
 from pipeline import schema  # noqa: E402
 from pipeline.config import BUNDLED_MODEL  # noqa: E402
-from pipeline.decoding import DecodingConfig  # noqa: E402
+from pipeline.decoding.plan import DecodingConfig  # noqa: E402
 
 HELD_OUT_EVERY = 10
 TOKEN_ORDER = 6
@@ -82,11 +82,11 @@ def main() -> int:
     from decoders.ngram.lm import NgramLm
     from decoders.ngram.word_lm import read_word_arpa
     from jobs.build_lm import build_lm, heldout_perplexity
-    from pipeline.audio import load_audio
-    from pipeline.manifest import read_manifest
-    from pipeline.nemo_model import load_asr_model
-    from pipeline.tuning import TrialCache, encode_set, score, transcribe_set, tune
-    from pipeline.word_lm import convert_word_arpa, model_speller, sentences_to_draw
+    from pipeline.io.audio import load_audio
+    from pipeline.io.manifest import read_manifest
+    from pipeline.model.nemo import load_asr_model
+    from pipeline.lm.tuning import TrialCache, encode_set, score, transcribe_set, tune
+    from pipeline.lm.word_arpa import convert_word_arpa, model_speller, sentences_to_draw
 
     domain = REPOSITORY / "samples" / "domain"
     work = Path(tempfile.mkdtemp(prefix="lswlm", dir="/tmp"))

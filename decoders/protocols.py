@@ -1,7 +1,7 @@
 """The small interfaces decoders call: a transducer, a CTC model, a language model.
 
 Decoders see models only through these protocols, so the same decoder runs a NeMo checkpoint (through the
-adapter in `pipeline/nemo_model.py`), the tiny pure-torch transducer in `decoders/tiny_transducer.py`, or a
+adapter in `pipeline/model/nemo.py`), the tiny pure-torch transducer in `decoders/transducer/tiny.py`, or a
 table-driven fake in a test.
 
 Dims: B batch, T frames, D encoder features, H joint hidden, P prediction-network output,

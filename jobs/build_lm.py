@@ -46,7 +46,7 @@ from decoders.ngram.arpa import (  # noqa: E402
     write_arpa,
 )
 from decoders.ngram.lm import NgramLm  # noqa: E402
-from pipeline.nemo_file import sentencepiece_model  # noqa: E402
+from pipeline.model.nemo_file import sentencepiece_model  # noqa: E402
 
 MAX_ORDER = 10
 VARIKN_UNK = "<UNK>"  # varikn's spelling; ARPA readers (KenLM, ours) expect <unk>

@@ -13,15 +13,15 @@ Steps:
    phrase list's every line is a phrase the tokenizer can write (`jobs/transcribe.py::phrase_list_problem`, as
    `jobs/transcribe.py --phrases` checks it), the dev (and test) manifests hold references (`text`) and readable
    rows, the model can run the strategies asked.
-2. With --text, the text is normalised as the model's training text was (`pipeline/lm_text.py`: case, numbers
+2. With --text, the text is normalised as the model's training text was (`pipeline/lm/text.py`: case, numbers
    spelled out, punctuation the tokenizer lacks removed), and a token n-gram LM is built from it with
    `jobs/build_lm.py`: each order of --orders is built on 9 lines in 10 and scored on the 10th; the order with the
    lowest held-out perplexity is rebuilt on every line. Written to OUTPUT/lm/domain.lm with lm.json (how it was made).
 3. Each strategy of --strategies (default: greedy, alsd, ctc_greedy and ctc_beam where the model has the head),
-   each beam search at each of --beam-sizes (default 4), is tuned in its own Ray task (`pipeline/tuning.py`):
+   each beam search at each of --beam-sizes (default 4), is tuned in its own Ray task (`pipeline/lm/tuning.py`):
    the dev set is encoded once and decoded once per LM weight (and CTC beam insertion bonus) tried; the test
    set, if given, is decoded with the strategy's baseline and chosen setting. With --phrases, the boost weight
-   is searched next, at the LM setting chosen (`pipeline/tuning.py::BOOST_WEIGHTS`; without --text, alone).
+   is searched next, at the LM setting chosen (`pipeline/lm/tuning.py::BOOST_WEIGHTS`; without --text, alone).
    Trials are kept in OUTPUT/tuning/, so a rerun decodes only what it had not.
 4. The strategy with the lowest tuned dev WER (ties: the first in --strategies) is chosen; where no LM setting
    beats the same strategy without it on dev, the job says so and that strategy runs without the LM; where no
@@ -52,13 +52,13 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.config import BUNDLED_MODEL, InputConfig, ModelConfig, TranscribeJobConfig  # noqa: E402
-from pipeline.decoding import STRATEGIES, DecodingConfig, DecodingError, plan_decoding, strategies_for  # noqa: E402
-from pipeline.folder import Folder  # noqa: E402
+from pipeline.decoding.plan import STRATEGIES, DecodingConfig, DecodingError, plan_decoding, strategies_for  # noqa: E402
+from pipeline.io.folder import Folder  # noqa: E402
 from pipeline.graph import connect_ray  # noqa: E402
-from pipeline.lm_text import TextNormaliser, check  # noqa: E402
-from pipeline.manifest import read_manifest  # noqa: E402
-from pipeline.redact import redact  # noqa: E402
-from pipeline.uris import local_path  # noqa: E402
+from pipeline.lm.text import TextNormaliser, check  # noqa: E402
+from pipeline.io.manifest import read_manifest  # noqa: E402
+from pipeline.io.redact import redact  # noqa: E402
+from pipeline.io.uris import local_path  # noqa: E402
 
 DEFAULT_STRATEGIES = ("greedy", "alsd", "ctc_greedy", "ctc_beam")  # each head's greedy, a beam, CTC beam
 ORDERS = (3, 4, 5, 6)
@@ -106,7 +106,7 @@ def reference_rows(uri: str, flag: str) -> list[dict[str, Any]]:
 
 
 def chosen_strategies(model_path: str, asked: list[str] | None) -> list[str]:
-    from pipeline.nemo_file import read_model_facts
+    from pipeline.model.nemo_file import read_model_facts
 
     facts = read_model_facts(model_path)
     supported = strategies_for(facts)
@@ -125,10 +125,10 @@ def chosen_strategies(model_path: str, asked: list[str] | None) -> list[str]:
 def checked_phrases(uri: str, model_path: str, strategies: list[str], cache_dir: str) -> dict[str, Any]:
     """The phrase list at `uri`, fetched and checked as `jobs/transcribe.py --phrases` checks it, for the head of
     each strategy: {"uri", "sha256", "phrases"}; a bad line is a `BiasError` naming the file and line."""
-    from decoders.boosting import read_phrase_list
+    from decoders.boosting.tree import read_phrase_list
     from jobs.transcribe import phrase_list_problem
-    from pipeline.fetch import fetch_file, file_sha256
-    from pipeline.nemo_file import read_model_facts
+    from pipeline.io.fetch import fetch_file, file_sha256
+    from pipeline.model.nemo_file import read_model_facts
 
     try:
         path = str(fetch_file(uri, cache_dir=f"{cache_dir}/phrases", suffix=".txt"))
@@ -179,7 +179,7 @@ def build_domain_lm(lines: list[str], model_path: str, output: Folder, orders: t
 
 
 def _file_sha256(path: str) -> str:
-    from pipeline.fetch import file_sha256
+    from pipeline.io.fetch import file_sha256
 
     return file_sha256(Path(path))
 
@@ -195,11 +195,11 @@ def tune_strategy(strategy: str, beam_size: int, model_uri: str, lm_uri: str | N
 
     from decoders.ngram.lm import NgramLm
     from pipeline import schema
-    from pipeline.audio import load_audio
-    from pipeline.fetch import fetch_file
-    from pipeline.fusion_models import load_boosting_model
-    from pipeline.nemo_model import load_asr_model
-    from pipeline.tuning import BOOST_WEIGHTS, TrialCache, encode_set, score, transcribe_set, tune
+    from pipeline.io.audio import load_audio
+    from pipeline.io.fetch import fetch_file
+    from pipeline.decoding.fusion import load_boosting_model
+    from pipeline.model.nemo import load_asr_model
+    from pipeline.lm.tuning import BOOST_WEIGHTS, TrialCache, encode_set, score, transcribe_set, tune
 
     torch.set_num_threads(threads)
     output = Folder(output_uri)
@@ -399,7 +399,7 @@ def report_markdown(report: dict[str, Any]) -> str:
 
 def plot_dev_wer(report: dict[str, Any]) -> bytes:
     """PNG: dev WER against the LM weight per strategy, without boosting (CTC beam at its chosen insertion bonus)."""
-    from pipeline.plots import new_plot, png
+    from pipeline.reports.plots import new_plot, png
 
     figure, axes = new_plot()
     for r in report["strategies"]:
@@ -413,7 +413,7 @@ def plot_dev_wer(report: dict[str, Any]) -> bytes:
 
 def plot_dev_wer_boost(report: dict[str, Any]) -> bytes:
     """PNG: dev WER against the boost weight per strategy, at the LM setting chosen without boosting."""
-    from pipeline.plots import new_plot, png
+    from pipeline.reports.plots import new_plot, png
 
     figure, axes = new_plot()
     for r in report["strategies"]:
@@ -459,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace, started: float) -> int:
-    from pipeline.fetch import fetch_file
+    from pipeline.io.fetch import fetch_file
 
     if not args.text and not args.phrases:
         raise BiasError("nothing to bias with: pass --text (domain text, one sentence a line) or --phrases (a phrase "
@@ -483,7 +483,7 @@ def run(args: argparse.Namespace, started: float) -> int:
     dev_rows = reference_rows(args.dev, "--dev")
     test_rows = reference_rows(args.test, "--test") if args.test else None
     if args.manifest:
-        from pipeline.uris import expand_manifest_uris
+        from pipeline.io.uris import expand_manifest_uris
 
         try:
             expand_manifest_uris(args.manifest)
@@ -520,7 +520,7 @@ def run(args: argparse.Namespace, started: float) -> int:
     decoding = DecodingConfig(**chosen["decoding"])
     import yaml
 
-    from pipeline.tuning import BOOST_WEIGHTS
+    from pipeline.lm.tuning import BOOST_WEIGHTS
 
     output.write("decoding.yaml", yaml.safe_dump({"model": {"uri": args.model},
                                                   "decoding": dataclasses.asdict(decoding)}, sort_keys=False))

@@ -10,7 +10,7 @@ Each run:
 2. transcribes what no earlier run into the same `--output` transcribed with the same model and decoding, with
    word confidence, into OUTPUT/<model and decoding>/transcripts/ (exactly once, as `jobs/transcribe.py`
    writes it; a new model or decoding gets its own folder, beside the old labels);
-3. judges every transcript that no earlier run put in a manifest (`pipeline/labels.py`: error rows, empty
+3. judges every transcript that no earlier run put in a manifest (`pipeline/labels/filters.py`: error rows, empty
    text, duration, confidence, characters per second, repeated n-grams) and writes, in
    OUTPUT/<model and decoding>/runs/<UTC time>/:
    - `train.json` (NeMo JSON-lines: audio_filepath, duration, offset, text = the pseudo-label, confidence,
@@ -44,12 +44,13 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import schema, sink  # noqa: E402
+from pipeline import schema  # noqa: E402
+from pipeline.io import sink
 from pipeline.config import BUNDLED_MODEL, ModelConfig, ResourcesConfig, TranscribeJobConfig  # noqa: E402
-from pipeline.decoding import DecodingConfig, DecodingError, describe, plan_decoding  # noqa: E402
-from pipeline.folder import Folder  # noqa: E402
+from pipeline.decoding.plan import DecodingConfig, DecodingError, describe, plan_decoding  # noqa: E402
+from pipeline.io.folder import Folder  # noqa: E402
 from pipeline.graph import connect_ray  # noqa: E402
-from pipeline.labels import (  # noqa: E402
+from pipeline.labels.filters import (  # noqa: E402
     LabelFilters,
     audio_entries,
     judge,
@@ -58,7 +59,7 @@ from pipeline.labels import (  # noqa: E402
     rejected_line,
     write_jsonl,
 )
-from pipeline.redact import redact  # noqa: E402
+from pipeline.io.redact import redact  # noqa: E402
 
 RUNS, TRANSCRIPTS, LABELLED, ERRORS = "runs", "transcripts", "labelled.txt", "errors.txt"
 THRESHOLDS = [round(0.05 * k, 2) for k in range(21)]  # the report's curve
@@ -120,7 +121,7 @@ def curve(rows: list[dict[str, Any]], filters: LabelFilters) -> list[dict[str, A
 
 
 def plot(points: list[dict[str, Any]], threshold: float) -> bytes:
-    from pipeline.plots import new_plot, png
+    from pipeline.reports.plots import new_plot, png
 
     figure, axes = new_plot()
     x = [p["threshold"] for p in points]
@@ -202,9 +203,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     started = time.time()
-    from pipeline.fetch import fetch_file, file_sha256
-    from pipeline.nemo_file import read_model_facts
-    from pipeline.uris import expand_manifest_uris
+    from pipeline.io.fetch import fetch_file, file_sha256
+    from pipeline.model.nemo_file import read_model_facts
+    from pipeline.io.uris import expand_manifest_uris
 
     if not args.manifest and not args.audio:
         raise LabelError("nothing to label: pass --manifest and/or --audio")

@@ -31,9 +31,9 @@ from pipeline.config import (  # noqa: E402
     merge,
     with_current_names,
 )
-from pipeline.decoding import STRATEGIES, DecodingError, DecodingPlan, advice, describe, plan_decoding  # noqa: E402
-from pipeline.fusion_models import lm_problem  # noqa: E402
-from pipeline.redact import redact, secrets_in  # noqa: E402
+from pipeline.decoding.plan import STRATEGIES, DecodingError, DecodingPlan, advice, describe, plan_decoding  # noqa: E402
+from pipeline.decoding.fusion import lm_problem  # noqa: E402
+from pipeline.io.redact import redact, secrets_in  # noqa: E402
 
 
 def _collapse_threshold(value: str) -> float | str:
@@ -258,8 +258,8 @@ def check_before_starting(config: TranscribeJobConfig) -> None:
             raise SystemExit(f"loopscribe: --phrases {problem}")
     if "://" in model_uri:
         return
-    from pipeline.chunks import check_attention
-    from pipeline.nemo_file import LayoutUnavailable, read_model_facts, read_model_layout
+    from pipeline.stages.chunks import check_attention
+    from pipeline.model.nemo_file import LayoutUnavailable, read_model_facts, read_model_layout
 
     try:
         facts = read_model_facts(model_uri)
@@ -268,7 +268,7 @@ def check_before_starting(config: TranscribeJobConfig) -> None:
     except (DecodingError, ValueError) as error:
         raise SystemExit(f"loopscribe: {error}") from None
     if config.decoding.confidence_calibration:  # the writer checks it too; here it fails before Ray starts
-        from pipeline.actor_models import load_checked_calibration
+        from pipeline.model.actor import load_checked_calibration
 
         try:
             load_checked_calibration(config.model, plan)
@@ -294,9 +294,9 @@ def phrase_list_problem(path: str, model_path: str | None = None, plan: Decoding
     lines (an empty phrase, a malformed weight, not UTF-8), and, given a local model and its plan, each phrase's
     tokens (characters the tokenizer cannot write). Each message names the file (`name`, else `path`) and line.
     Used by this job and `jobs/lm_bias.py`."""
-    from decoders.boosting import PhraseListError, read_phrase_list
-    from pipeline.fusion_models import boosting_from_phrase_file
-    from pipeline.nemo_file import LayoutUnavailable, read_model_layout
+    from decoders.boosting.tree import PhraseListError, read_phrase_list
+    from pipeline.decoding.fusion import boosting_from_phrase_file
+    from pipeline.model.nemo_file import LayoutUnavailable, read_model_layout
 
     try:
         if model_path is not None and plan is not None:

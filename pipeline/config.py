@@ -5,7 +5,7 @@ sections mirror these classes, with flags overriding it); each stage gets only i
 written beside the output (`_config.json`), so every result says how it was made, and a rerun into the same
 output with a different model or decoding is refused instead of mixing two kinds of results.
 
-The decoding section (`DecodingConfig`) and what each strategy does with it live in `pipeline/decoding.py`.
+The decoding section (`DecodingConfig`) and what each strategy does with it live in `pipeline/decoding/plan.py`.
 Old names of settings (`gpu_actors`, `cpu_actors`, `ctc_actors`) are still read, as aliases of the new ones.
 """
 
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline.decoding import DecodingConfig
-from pipeline.decoding import results_identity as decoding_identity
-from pipeline.redact import redact_values
+from pipeline.decoding.plan import DecodingConfig
+from pipeline.decoding.plan import results_identity as decoding_identity
+from pipeline.io.redact import redact_values
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 BUNDLED_MODEL = REPOSITORY / "models" / "demo_hybrid_rnnt_ctc.nemo"
@@ -99,7 +99,7 @@ class ResourcesConfig:
 
 @dataclass(frozen=True)
 class LongAudioConfig:
-    """How a long recording is decoded (`pipeline/chunks.py`): a row longer than `chunk_s` is cut into chunks of
+    """How a long recording is decoded (`pipeline/stages/chunks.py`): a row longer than `chunk_s` is cut into chunks of
     at most `chunk_s` seconds, at its pauses where it has them and else overlapping by `overlap_s`, decoded in the
     same batches as short rows and merged back into one row; with `attention = "local"` the encoder attends
     `local_context` frames each side (NeMo's `rel_pos_local_attn`) instead of the whole input. Measured in
@@ -151,7 +151,7 @@ class TranscribeJobConfig:
             raise ValueError("output must name a folder or URI")
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as plain data, with credentials out of every URI (`pipeline/redact.py`)."""
+        """The settings as plain data, with credentials out of every URI (`pipeline/io/redact.py`)."""
         return redact_values(dataclasses.asdict(self))
 
     def results_identity(self) -> dict[str, Any]:

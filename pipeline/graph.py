@@ -3,7 +3,7 @@
     manifest URIs -> ReadManifests (CPU actors) -> LoadAudio (CPU actors) -> TranscribeBatch (one GPU each, or
     fractional CPUs) -> FinishAndWrite (CPU actors; commits Parquet parts) -> summary rows -> the driver
 
-Exactly once is loopscribe's own commit protocol (`pipeline/sink.py`), not Ray Data's checkpointing: parts are
+Exactly once is loopscribe's own commit protocol (`pipeline/io/sink.py`), not Ray Data's checkpointing: parts are
 content-addressed and atomic, a run skips the utterance ids already committed, and a final pass removes any
 row two parts hold. It needs only the output folder, so a crashed driver, a dead actor retried by Ray, or a
 rerun days later on another cluster all end with every row exactly once.
@@ -21,15 +21,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from pipeline import actor_models, asr_stage, schema, sink, stages, write_stage
-from pipeline.chunks import check_attention
+from pipeline import schema
+from pipeline.io import sink
+from pipeline.model import actor as actor_models
+from pipeline.stages import asr as asr_stage, rows as stages, write as write_stage
+from pipeline.stages.chunks import check_attention
 from pipeline.config import TranscribeJobConfig
-from pipeline.decoding import DecodingError, DecodingPlan, plan_decoding
-from pipeline.fetch import fetch_file, file_sha256
-from pipeline.manifest import sniff_manifest
-from pipeline.nemo_file import ModelFacts, read_model_facts
-from pipeline.redact import redact, redact_values
-from pipeline.uris import expand_manifest_uris
+from pipeline.decoding.plan import DecodingError, DecodingPlan, plan_decoding
+from pipeline.io.fetch import fetch_file, file_sha256
+from pipeline.io.manifest import sniff_manifest
+from pipeline.model.nemo_file import ModelFacts, read_model_facts
+from pipeline.io.redact import redact, redact_values
+from pipeline.io.uris import expand_manifest_uris
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def nemo_assets(tmp_path_factory):
     """Tokenizer, audio files and one calibrated `.nemo` per kind, built once per session."""
     pytest.importorskip("nemo.collections.asr")
-    from tests.pipeline import random_nemo
+    from tests.support import random_nemo
 
     root = tmp_path_factory.mktemp("nemo")
     tokenizer_dir = random_nemo.train_tokenizer(root / "tokenizer", vocab_size=64)

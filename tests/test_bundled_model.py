@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import schema, sink
+from pipeline import schema
+from pipeline.io import sink
 from pipeline.config import BUNDLED_MANIFEST, BUNDLED_MODEL, BUNDLED_TDT_MODEL, REPOSITORY, DecodingConfig
 
 DOMAIN = REPOSITORY / "samples" / "domain"
@@ -52,8 +53,8 @@ def test_bundled_model_transcribes_the_samples_within_the_wer_bound(name, head):
     import jiwer
     import soundfile
 
-    from pipeline.nemo_model import load_asr_model
-    from pipeline.recognize import recognize
+    from pipeline.model.nemo import load_asr_model
+    from pipeline.decoding.recognize import recognize
 
     rows, paths = samples()
     path, kind = MODELS[name]
@@ -73,8 +74,8 @@ def test_bundled_model_decodes_the_samples_as_nemo_does(name, head):
     (1). This TDT model never skips two or more frames (docs/demo_model.md), so skips stay covered by those tests."""
     import soundfile
 
-    from pipeline.nemo_model import load_asr_model
-    from tests.pipeline.nemo_peer import assert_same_as_nemo, nemo_transcribe
+    from pipeline.model.nemo import load_asr_model
+    from tests.support.nemo_peer import assert_same_as_nemo, nemo_transcribe
 
     _, paths = samples()
     path, _ = MODELS[name]
@@ -106,8 +107,8 @@ def domain_dev(tmp_path_factory):
 
     from decoders.ngram.lm import NgramLm
     from jobs.build_lm import build_lm
-    from pipeline.nemo_model import load_asr_model
-    from pipeline.recognize import pad_waveforms
+    from pipeline.model.nemo import load_asr_model
+    from pipeline.decoding.recognize import pad_waveforms
 
     pytest.importorskip("varikn")  # the `lm` extra builds the LM
     lm_path = tmp_path_factory.mktemp("domain_lm") / "domain.lm"
@@ -126,7 +127,7 @@ def domain_dev(tmp_path_factory):
 def test_a_domain_lm_from_the_bundled_text_cuts_the_domain_wer(strategy, lm_weight, insertion_bonus, domain_dev):
     import jiwer
 
-    from pipeline.decoding import decode_in_process, plan_decoding
+    from pipeline.decoding.plan import decode_in_process, plan_decoding
 
     model, references, encoder_output, encoder_lengths, lm_path, lm = domain_dev
 

@@ -2,7 +2,7 @@
 it into a token-level back-off LM.
 
 Two conversions are here; `benchmarks/word_lm.py` measured them and `--lm` draws sentences
-(`pipeline/word_lm.py`; the figures are in `docs/lm_bias.md`):
+(`pipeline/lm/word_arpa.py`; the figures are in `docs/lm_bias.md`):
 
 - `sample_word_sentences` ("sample", what `--lm` does): sentences drawn from the word LM exactly as its back-off
   formula defines the distribution (after context h a listed word with its probability; with the rest of the

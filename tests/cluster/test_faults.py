@@ -220,7 +220,7 @@ def small_tmpfs(cluster):
 def test_f_local_output_on_a_full_tmpfs(two_hosts, small_tmpfs):
     """A part that does not fit: the job fails naming the part and ENOSPC, nothing half-written is left or taken as
     committed; with room made, the same command commits the rest, each row once."""
-    from pipeline import sink
+    from pipeline.io import sink
 
     cluster = two_hosts
     output = small_tmpfs / "out"

@@ -16,9 +16,9 @@ from decoders.confidence import (
     token_confidence,
     word_confidence,
 )
-from decoders.ctc import CtcGreedy
-from decoders.tiny_transducer import TinyTransducer, calibrate_blank_bias
-from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
+from decoders.ctc.greedy import CtcGreedy
+from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias
+from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy
 from tests.reference import confidence as reference
 
 METHODS = [ConfidenceMethodConfig(name="max_prob", alpha=alpha) for alpha in (1.0, 0.5)] + [

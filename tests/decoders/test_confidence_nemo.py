@@ -10,8 +10,8 @@ import soundfile
 import torch
 
 from decoders.confidence import ConfidenceConfig, ConfidenceMethodConfig, sentencepiece_word_starts, word_confidence
-from decoders.ctc import CtcGreedy
-from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
+from decoders.ctc.greedy import CtcGreedy
+from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy
 
 pytestmark = pytest.mark.nemo
 
@@ -40,7 +40,7 @@ def nemo_confidence_cfg(config: ConfidenceConfig) -> dict:
 def load(checkpoint: str):
     from nemo.collections.asr.models import ASRModel
 
-    from pipeline.nemo_model import AsrModel
+    from pipeline.model.nemo import AsrModel
 
     return AsrModel(ASRModel.restore_from(checkpoint, map_location="cpu"))
 

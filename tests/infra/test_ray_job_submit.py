@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import schema, sink
+from pipeline import schema
+from pipeline.io import sink
 
 pytestmark = [pytest.mark.ray, pytest.mark.nemo, pytest.mark.slow]
 
@@ -53,8 +54,8 @@ def local_head():
 
 
 def test_ray_job_submit_transcribes_a_manifest(local_head, nemo_assets, tmp_path):
-    from pipeline.nemo_model import load_asr_model
-    from pipeline.recognize import recognize
+    from pipeline.model.nemo import load_asr_model
+    from pipeline.decoding.recognize import recognize
 
     manifest = tmp_path / "manifest.json"
     manifest.write_text("".join(json.dumps({"audio_filepath": str(path), "duration": 5.0}) + "\n"

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import schema, sink
+from pipeline import schema
+from pipeline.io import sink
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 DOMAIN = REPOSITORY / "samples" / "domain"

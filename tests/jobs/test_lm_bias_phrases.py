@@ -1,6 +1,6 @@
 """`jobs/lm_bias.py --phrases`: the boost weight tuned on dev like the LM weight.
 
-- The search (`pipeline/tuning.py::tune` with `boost_weights`) on known WER surfaces: the boost grid is tried at the
+- The search (`pipeline/lm/tuning.py::tune` with `boost_weights`) on known WER surfaces: the boost grid is tried at the
   LM setting chosen without boosting, no boosting stays a candidate, and boosting is chosen only where it wins
   beyond chance; trials measured before boost weights were tuned are reused, boosted ones are told apart.
 - A bad phrase list is refused before any cluster work, naming the file and line.
@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import schema, sink
-from pipeline.decoding import DecodingConfig
-from pipeline.tuning import BOOST_WEIGHTS, RECHECK_LM_STEP, Score, TrialCache, setting_key, tune
+from pipeline import schema
+from pipeline.io import sink
+from pipeline.decoding.plan import DecodingConfig
+from pipeline.lm.tuning import BOOST_WEIGHTS, RECHECK_LM_STEP, Score, TrialCache, setting_key, tune
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 DOMAIN = REPOSITORY / "samples" / "domain"

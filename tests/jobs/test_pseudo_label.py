@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.labels import LabelFilters, judge, longest_repeat
+from pipeline.labels.filters import LabelFilters, judge, longest_repeat
 
 pytestmark = [pytest.mark.ray, pytest.mark.nemo, pytest.mark.slow]
 
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.nemo, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def s3():
     """A moto S3 bucket on 127.0.0.1, started before Ray so that its workers inherit the endpoint."""
-    from tests.pipeline.s3_server import moto_s3
+    from tests.support.s3_server import moto_s3
 
     with moto_s3("nightly") as endpoint:
         yield endpoint

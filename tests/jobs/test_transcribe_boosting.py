@@ -79,12 +79,13 @@ def ray_cluster():
 @pytest.mark.nemo
 @pytest.mark.parametrize("strategy", ["greedy", "ctc_beam"])
 def test_the_job_boosts_the_list_as_in_process_decoding_does(ray_cluster, tmp_path, strategy):
-    from pipeline import schema, sink
-    from pipeline.actor_models import load_model
+    from pipeline import schema
+    from pipeline.io import sink
+    from pipeline.model.actor import load_model
     from pipeline.config import ModelConfig, ResourcesConfig, TranscribeJobConfig
-    from pipeline.decoding import DecodingConfig
+    from pipeline.decoding.plan import DecodingConfig
     from pipeline.graph import OutputMismatchError, run_transcription
-    from pipeline.recognize import pad_waveforms
+    from pipeline.decoding.recognize import pad_waveforms
 
     phrases = tmp_path / "contacts.txt"
     phrases.write_text("\n".join(CONTACTS) + "\n")
@@ -103,8 +104,8 @@ def test_the_job_boosts_the_list_as_in_process_decoding_does(ray_cluster, tmp_pa
     # in-process, with the plan's own loaders: the same texts, and the names written right
     import soundfile
 
-    from pipeline.decoding import decode_in_process, plan_decoding
-    from pipeline.fusion_models import load_fusion_model
+    from pipeline.decoding.plan import decode_in_process, plan_decoding
+    from pipeline.decoding.fusion import load_fusion_model
 
     model = load_model(model_config, "cpu")
     plan = plan_decoding(model.facts, decoding)

@@ -36,7 +36,8 @@ ERRORS = {  # id -> what the error says after "MANIFEST, line N: "
 @pytest.mark.ray
 @pytest.mark.nemo
 def test_the_job_boosts_each_rows_own_phrases(tmp_path):
-    from pipeline import schema, sink
+    from pipeline import schema
+    from pipeline.io import sink
 
     lines = {Path(r["audio_filepath"]).stem: r for r in map(json.loads, (DOMAIN / "dev.json").read_text().splitlines())}
     manifest = tmp_path / "calls.json"

@@ -20,7 +20,7 @@ from pipeline.config import (
 REPOSITORY = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPOSITORY))
 from jobs import transcribe  # noqa: E402
-from pipeline.decoding import advice, describe  # noqa: E402
+from pipeline.decoding.plan import advice, describe  # noqa: E402
 
 
 def resolve(*argv: str) -> TranscribeJobConfig:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import schema, sink
+from pipeline import schema
+from pipeline.io import sink
 from pipeline.config import ModelConfig, ResourcesConfig, TranscribeJobConfig
 
 pytestmark = [pytest.mark.ray, pytest.mark.nemo, pytest.mark.slow]

@@ -3,7 +3,8 @@ text Ray wraps it in, never the wrapper's name alone."""
 
 from __future__ import annotations
 
-from pipeline import actor_models, sink
+from pipeline.io import sink
+from pipeline.model import actor as actor_models
 from pipeline.graph import _stage_error
 
 
@@ -17,7 +18,7 @@ class RayLikeError(Exception):
 
 def test_the_stage_message_is_found_in_rays_text_or_its_cause():
     text = ("ray::MapWorker(MapBatches(FinishAndWrite)).submit() (pid=1, ip=10.0.0.2)\n  File \"x.py\", line 3\n"
-            "pipeline.sink.PartWriteError: cannot commit a part to s3://bucket/out/part-1.parquet: "
+            "pipeline.io.sink.PartWriteError: cannot commit a part to s3://bucket/out/part-1.parquet: "
             "PermissionError: Access Denied")
     assert _stage_error(RayLikeError(text)) == (
         "cannot commit a part to s3://bucket/out/part-1.parquet: PermissionError: Access Denied")

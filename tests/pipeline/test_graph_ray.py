@@ -23,10 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import schema, sink
-from pipeline.audio import load_audio
+from pipeline import schema
+from pipeline.io import sink
+from pipeline.io.audio import load_audio
 from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig, TranscribeJobConfig
-from pipeline.manifest import read_manifest
+from pipeline.io.manifest import read_manifest
 
 pytestmark = [pytest.mark.ray, pytest.mark.nemo, pytest.mark.slow]
 
@@ -39,7 +40,7 @@ RESOURCES = ResourcesConfig(device="cpu", asr_actors=1, audio_actors=1, writer_a
 
 @pytest.fixture(scope="module")
 def s3(nemo_assets):
-    from tests.pipeline.s3_server import moto_s3
+    from tests.support.s3_server import moto_s3
 
     with moto_s3(BUCKET) as endpoint:
         yield endpoint
@@ -123,8 +124,8 @@ def job_config(corpus, output, cache_dir, decoding=None):
 @pytest.fixture(scope="module")
 def expected(corpus, nemo_assets):
     """What decoding each good row's audio in-process gives: text and (word, start, end)."""
-    from pipeline.nemo_model import load_asr_model
-    from pipeline.recognize import recognize
+    from pipeline.model.nemo import load_asr_model
+    from pipeline.decoding.recognize import recognize
 
     model = load_asr_model(str(nemo_assets["checkpoints"]["rnnt"]))
     results, cache = {}, {}
@@ -304,7 +305,7 @@ class _NiceAudio:
     at which niceness the thread that ran it was."""
 
     def __init__(self, nice_steps: int) -> None:
-        from pipeline.stages import LoadAudio
+        from pipeline.stages.rows import LoadAudio
 
         self.stage = LoadAudio(16_000, nice_steps=nice_steps)
 

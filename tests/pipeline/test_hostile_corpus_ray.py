@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import schema, sink
+from pipeline import schema
+from pipeline.io import sink
 from pipeline.config import InputConfig, ModelConfig, ResourcesConfig, TranscribeJobConfig
-from tests.pipeline.hostile_corpus import PeakRss, write_hostile_corpus
+from tests.support.hostile_corpus import PeakRss, write_hostile_corpus
 
 pytestmark = [pytest.mark.ray, pytest.mark.nemo, pytest.mark.slow]
 

@@ -1,5 +1,5 @@
 """Phrase boosting scored by matching phrases directly, one utterance at a time, as a test oracle for
-`decoders/boosting.py`.
+`decoders/boosting/tree.py`.
 
 No automaton, no tensors: a "prefix" is a tuple of tokens that begins some phrase's token sequence; its token
 score is the largest `depth_score` of the phrases that begin with it, and its total is the sum of the token scores
@@ -16,7 +16,7 @@ the empty prefix) with the per-utterance helpers the CTC references use (`score`
 reference decoders run with it as they do with an n-gram LM. `num_states` is a bound on those numbers (so that
 `WeightedSum` can pack its states with another model's: the job's list and a row's own, summed).
 
-Per-utterance phrase lists (`decoders/boosting_rows.py`) need no reference of their own: an utterance's reference
+Per-utterance phrase lists (`decoders/boosting/rows.py`) need no reference of their own: an utterance's reference
 is this, over its own phrases, run by the per-utterance reference decoders one utterance at a time.
 """
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from decoders.boosting import CONTEXT_SCORE, DEPTH_SCALING, WeightedSum, depth_score
+from decoders.boosting.tree import CONTEXT_SCORE, DEPTH_SCALING, WeightedSum, depth_score
 
 
 class ReferenceBoosting:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decoders.frame_looping import FrameLoopingGreedy
-from decoders.transducer_greedy import GreedyConfig, LabelLoopingGreedy
+from decoders.transducer.frame_looping import FrameLoopingGreedy
+from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy
 from tests.reference.table_transducer import TableTransducer, frame_inputs, one_hot_table
 from tests.reference.transducer_greedy import greedy_decode_one
 

@@ -2,7 +2,7 @@
 
 One utterance at a time, hypotheses as Python objects holding their whole token sequence, one joint call
 per hypothesis, identical hypotheses found by comparing token tuples (not hashes). The rules are those of
-`decoders/transducer_beam.py` (its module docstring), spelled out step by step:
+`decoders/transducer/beam.py` (its module docstring), spelled out step by step:
 
 ALSD, each step, for every hypothesis in the beam:
 - finished (its next frame is past the end): carried over unchanged;
@@ -28,7 +28,7 @@ import torch
 
 from decoders.hypotheses import Hypothesis
 from decoders.protocols import LanguageModel, TransducerModel
-from decoders.transducer_beam import BeamSearchConfig
+from decoders.transducer.beam import BeamSearchConfig
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """Per-utterance WIND beam search (Xu et al., 2025), written to be obviously right, as the test oracle of
-`decoders/transducer_wind_beam.py`.
+`decoders/transducer/wind_beam.py`.
 
 One utterance at a time; hypotheses are Python objects holding their whole token sequence, filed in a dict
 from the frame they stand at to a list; one joint call per hypothesis and frame; identical hypotheses found by
 comparing token tuples (not hashes). Scores, LM fusion and merging are those of
 `tests/reference/transducer_beam.py` (whose `_Reference` this extends). The search, as
-`decoders/transducer_wind_beam.py` states it:
+`decoders/transducer/wind_beam.py` states it:
 
 - Take the list at the smallest frame t; stop when that frame is the utterance's length T.
 - Merge and prune: a hypothesis B that extends another hypothesis A of the list by one label b gets
@@ -30,7 +30,7 @@ import torch
 
 from decoders.hypotheses import Hypothesis
 from decoders.protocols import LanguageModel, TransducerModel
-from decoders.transducer_beam_base import BeamSearchConfig
+from decoders.transducer.beam_base import BeamSearchConfig
 from tests.reference.transducer_beam import Hyp, _Reference, logsumexp, to_hypothesis
 
 

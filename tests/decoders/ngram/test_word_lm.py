@@ -241,23 +241,23 @@ def test_drawing_is_reproducible(varikn_word_arpa):
 @pytest.fixture
 def fewer_sentences(monkeypatch):
     """Conversions that draw 3,000 sentences (not 100,000 or more): the same code, at a test's scale."""
-    import pipeline.word_lm
+    import pipeline.lm.word_arpa
 
-    monkeypatch.setattr(pipeline.word_lm, "MIN_SENTENCES", 3000)
-    monkeypatch.setattr(pipeline.word_lm, "SENTENCES_PER_NGRAM", 0)
+    monkeypatch.setattr(pipeline.lm.word_arpa, "MIN_SENTENCES", 3000)
+    monkeypatch.setattr(pipeline.lm.word_arpa, "SENTENCES_PER_NGRAM", 0)
 
 
 @pytest.fixture(scope="module")
 def speller():
     from pipeline.config import BUNDLED_MODEL
-    from pipeline.word_lm import model_speller
+    from pipeline.lm.word_arpa import model_speller
 
     return model_speller(str(BUNDLED_MODEL))
 
 
 def test_the_converted_lm_is_cached_and_reused(varikn_word_arpa, speller, tmp_path, monkeypatch, fewer_sentences):
     import decoders.ngram.word_lm
-    from pipeline.word_lm import load_word_arpa
+    from pipeline.lm.word_arpa import load_word_arpa
 
     calls = []
     draw = decoders.ngram.word_lm.sample_word_sentences
@@ -283,9 +283,9 @@ def test_the_converted_lm_is_cached_and_reused(varikn_word_arpa, speller, tmp_pa
 def test_load_language_model_tells_and_converts_a_word_level_arpa(varikn_word_arpa, speller, tmp_path,
                                                                   fewer_sentences):
     from pipeline.config import BUNDLED_MODEL
-    from pipeline.decoding import DecodingConfig, plan_decoding
-    from pipeline.fusion_models import lm_problem, load_language_model
-    from pipeline.nemo_file import read_model_facts
+    from pipeline.decoding.plan import DecodingConfig, plan_decoding
+    from pipeline.decoding.fusion import lm_problem, load_language_model
+    from pipeline.model.nemo_file import read_model_facts
 
     facts = read_model_facts(BUNDLED_MODEL)
     decoding = DecodingConfig(lm_uri=str(varikn_word_arpa), lm_weight=0.5)
@@ -316,10 +316,10 @@ def test_the_bundled_model_decodes_the_domain_set_better_with_a_word_level_arpa(
     pytest.importorskip("varikn")
     from jobs.build_lm import train_varikn
     from pipeline.config import BUNDLED_MODEL
-    from pipeline.decoding import DecodingConfig, decode_in_process, plan_decoding
-    from pipeline.fusion_models import load_language_model
-    from pipeline.nemo_model import load_asr_model
-    from pipeline.recognize import pad_waveforms
+    from pipeline.decoding.plan import DecodingConfig, decode_in_process, plan_decoding
+    from pipeline.decoding.fusion import load_language_model
+    from pipeline.model.nemo import load_asr_model
+    from pipeline.decoding.recognize import pad_waveforms
 
     text = tmp_path / "words.txt"
     text.write_text((DOMAIN / "lm_text.txt").read_text(encoding="utf-8"), encoding="utf-8")

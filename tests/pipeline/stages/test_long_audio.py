@@ -1,0 +1,186 @@
+"""Long recordings through the job's stages on the bundled model: cut into chunks at pauses, merged back into one
+row with word times at the recording's frames, read chunk by chunk by the ASR stage, and bad long inputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import soundfile
+
+from pipeline import schema
+from pipeline.stages import asr as asr_stage, rows as stages
+from pipeline.config import BUNDLED_MANIFEST, BUNDLED_MODEL, LongAudioConfig, ModelConfig, ResourcesConfig
+from pipeline.decoding.plan import DecodingConfig, plan_decoding
+from pipeline.io.manifest import read_manifest
+from pipeline.model.nemo_file import read_model_facts
+from pipeline.decoding.recognize import transcript_of
+
+pytestmark = pytest.mark.nemo
+
+RATE = 16000
+CHUNKS = LongAudioConfig(chunk_s=8.0, overlap_s=2.0)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return asr_stage.load_model(ModelConfig(uri=str(BUNDLED_MODEL)), "cpu")
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    """The first 8 bundled utterances joined with pauses of 0.4-1.2 s: (path, samples, starts in s)."""
+    rng = np.random.default_rng(0)
+    pieces, starts, position = [], [], 0
+    for entry in list(read_manifest(str(BUNDLED_MANIFEST)))[:8]:
+        pause = (1e-3 * rng.standard_normal(int(rng.uniform(0.4, 1.2) * RATE))).astype(np.float32)
+        samples, _ = soundfile.read(entry[schema.AUDIO_FILEPATH], dtype="float32")
+        pieces += [pause, samples]
+        starts.append((position + len(pause)) / RATE)
+        position += len(pause) + len(samples)
+    samples = np.concatenate(pieces + [pieces[0]])
+    path = tmp_path_factory.mktemp("long") / "recording.flac"
+    soundfile.write(path, samples, RATE)
+    return path, samples, starts
+
+
+def rows(tmp_path, entries):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    return pa.Table.from_pylist(list(read_manifest(str(manifest))), schema=schema.INPUT_SCHEMA)
+
+
+def decode(model, table, long_audio, strategy="greedy", resources=None):
+    plan = plan_decoding(read_model_facts(str(BUNDLED_MODEL)), DecodingConfig(strategy=strategy))
+    audio = stages.LoadAudio(RATE, long_audio=long_audio)(table)
+    decoded = asr_stage.TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, resources or ResourcesConfig(),
+                                     long_audio=long_audio,
+                                     load=lambda *_: model)(audio)
+    return audio, decoded, plan
+
+
+def transcripts(model, decoded, plan):
+    columns = [decoded.column(c).to_pylist() for c in (schema.TOKENS, schema.TOKEN_FRAMES, schema.TOKEN_DURATIONS,
+                                                       schema.SCORE)]
+    return [transcript_of(model, plan.span_kind, *values) if values[0] is not None else None
+            for values in zip(*columns)]
+
+
+def test_a_long_recording_is_one_row_of_chunks_read_by_the_asr_stage(model, recording, tmp_path):
+    path, samples, starts = recording
+    table = rows(tmp_path, [{"audio_filepath": str(path), "duration": len(samples) / RATE}])
+    audio, decoded, plan = decode(model, table, CHUNKS)
+    assert audio.column(schema.CHUNKED_READ).to_pylist() == [True]
+    assert len(audio.column(schema.SAMPLES)[0].values) == 0  # no audio carried to the ASR stage
+    assert decoded.column(schema.STATUS).to_pylist() == ["ok"]
+    assert decoded.column(schema.AUDIO_DURATION)[0].as_py() == pytest.approx(len(samples) / RATE, abs=1e-3)
+    (transcript,) = transcripts(model, decoded, plan)
+    frames = decoded.column(schema.TOKEN_FRAMES)[0].as_py()
+    assert frames == sorted(frames) and frames[-1] < len(samples) / RATE / model.frame_shift_s
+    # the recording's words: each utterance's first word near its start (frames count from the recording's start)
+    first_words = [w.start_s for w in transcript.words]
+    near = [min(abs(t - start) for t in first_words) for start in starts]
+    assert sum(d <= 0.5 for d in near) >= 6, near
+
+
+def test_chunks_read_by_the_asr_stage_equal_chunks_of_audio_in_memory(model, recording, tmp_path):
+    path, samples, _ = recording
+    read = rows(tmp_path, [{"audio_filepath": str(path), "duration": len(samples) / RATE}])
+    in_memory = stages.LoadAudio(RATE, long_audio=LongAudioConfig(chunk_s=0))(read)  # carries the samples
+    plan = plan_decoding(read_model_facts(str(BUNDLED_MODEL)), DecodingConfig())
+    stage = asr_stage.TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(), long_audio=CHUNKS,
+                                   load=lambda *_: model)
+    _, decoded, _ = decode(model, read, CHUNKS)
+    assert stage(in_memory).column(schema.TOKENS).to_pylist() == decoded.column(schema.TOKENS).to_pylist()
+
+
+def test_chunking_beats_decoding_the_recording_whole(model, recording, tmp_path):
+    """Chunks at pauses bring the joined utterances close to how they decode one by one."""
+    import jiwer
+
+    path, samples, _ = recording
+    references = [e[schema.REFERENCE_TEXT] for e in list(read_manifest(str(BUNDLED_MANIFEST)))[:8]]
+    references.append(references[0])
+    table = rows(tmp_path, [{"audio_filepath": str(path), "duration": len(samples) / RATE}])
+    errors = {}
+    for name, long_audio in (("whole", LongAudioConfig(chunk_s=0)), ("chunks", CHUNKS)):
+        _, decoded, plan = decode(model, table, long_audio)
+        errors[name] = jiwer.wer(" ".join(references), decoded_text(model, decoded, plan))
+    assert errors["chunks"] < errors["whole"] - 0.1, errors
+
+
+def decoded_text(model, decoded, plan):
+    return " ".join(t.text for t in transcripts(model, decoded, plan))
+
+
+@pytest.mark.parametrize("strategy", ["ctc_beam", "alsd", "ctc_greedy", "wind_greedy"])
+def test_every_strategy_decodes_a_chunked_recording(model, recording, tmp_path, strategy):
+    path, samples, _ = recording
+    table = rows(tmp_path, [{"audio_filepath": str(path), "duration": len(samples) / RATE}])
+    _, decoded, plan = decode(model, table, CHUNKS, strategy)
+    assert decoded.column(schema.STATUS).to_pylist() == ["ok"]
+    if plan.writer_searches:
+        search = plan.build_writer_search(model)
+        frames = np.asarray(decoded.column(schema.CTC_FRAMES)[0].as_py())
+        assert (np.diff(frames) > 0).all()
+        vocab = model.ctc.vocab_size + 1
+        log_probs = np.frombuffer(decoded.column(schema.CTC_LOG_PROBS)[0].as_py(), np.float16).reshape(-1, vocab)
+        (hypothesis,) = search([(log_probs, frames)])
+        text = model.tokenizer.ids_to_text(hypothesis.tokens)
+    else:
+        text = decoded_text(model, decoded, plan)
+    assert len(text.split()) > 40
+
+
+def test_the_other_heads_chunks_are_merged_like_the_chosen_heads(model, recording, tmp_path):
+    """decoding.head_agreement on a chunked row: the other head's (CTC greedy) tokens come merged over the whole
+    recording, and agree with the chosen head's about as well as on the utterances (the bundled model's heads)."""
+    from pipeline.decoding.recognize import head_agreement
+
+    path, samples, _ = recording
+    table = rows(tmp_path, [{"audio_filepath": str(path), "duration": len(samples) / RATE}])
+    plan = plan_decoding(read_model_facts(str(BUNDLED_MODEL)), DecodingConfig(head_agreement=True))
+    audio = stages.LoadAudio(RATE, long_audio=CHUNKS)(table)
+    decoded = asr_stage.TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(), long_audio=CHUNKS,
+                                     load=lambda *_: model)(audio)
+    second = model.tokenizer.ids_to_text(decoded.column(schema.SECOND_TOKENS)[0].as_py())
+    assert len(second.split()) > 40
+    assert head_agreement(decoded_text(model, decoded, plan), second) > 0.5
+
+
+def test_a_manifest_duration_longer_than_the_audio_gives_what_is_there(model, recording, tmp_path):
+    path, samples, _ = recording
+    table = rows(tmp_path, [{"audio_filepath": str(path), "duration": 3 * len(samples) / RATE}])
+    audio, decoded, plan = decode(model, table, CHUNKS)
+    assert decoded.column(schema.STATUS).to_pylist() == ["ok"]
+    assert decoded.column(schema.AUDIO_DURATION)[0].as_py() == pytest.approx(len(samples) / RATE, abs=1e-3)
+
+
+def test_a_truncated_long_flac_and_an_offset_past_the_end_are_error_rows(model, recording, tmp_path):
+    path, samples, _ = recording
+    truncated = tmp_path / "truncated.flac"
+    truncated.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    table = rows(tmp_path, [{"audio_filepath": str(truncated), "duration": len(samples) / RATE},
+                            {"audio_filepath": str(path), "duration": 20.0, "offset": 1e4},
+                            {"audio_filepath": str(path), "duration": len(samples) / RATE}])
+    _, decoded, _ = decode(model, table, CHUNKS)
+    statuses, errors = decoded.column(schema.STATUS).to_pylist(), decoded.column(schema.ERROR).to_pylist()
+    assert statuses[2] == "ok"
+    assert statuses[1] == "error" and "past the end" in errors[1], errors[1]
+    # a truncated FLAC is either refused, naming the file, or transcribed as far as it goes
+    assert (statuses[0] == "error" and str(truncated) in errors[0]) or \
+        decoded.column(schema.AUDIO_DURATION)[0].as_py() < len(samples) / RATE, errors[0]
+
+
+def test_local_attention_decodes_a_recording_whole(recording, tmp_path):
+    path, samples, _ = recording
+    local = LongAudioConfig(chunk_s=0, attention="local", local_context=64)
+    model = asr_stage.load_model(ModelConfig(uri=str(BUNDLED_MODEL)), "cpu")  # its own: local attention changes it
+    table = rows(tmp_path, [{"audio_filepath": str(path), "duration": len(samples) / RATE}])
+    audio, decoded, plan = decode(model, table, local)
+    assert audio.column(schema.CHUNKED_READ).to_pylist() == [False]
+    assert model.nemo_model.encoder.self_attention_model == "rel_pos_local_attn"
+    assert decoded.column(schema.STATUS).to_pylist() == ["ok"]
+    assert len(decoded_text(model, decoded, plan).split()) > 40
