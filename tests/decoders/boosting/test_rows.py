@@ -26,10 +26,10 @@ from decoders.ctc.beam_cpu import CpuCtcBeamSearch
 from decoders.ngram.tensors import walk_torch
 from decoders.transducer.beam import AesBeamSearch, AesSkipBlankSearch, AlsdBeamSearch, BeamSearchConfig
 from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy
-from tests.decoders.test_ctc import emissions
-from tests.decoders.test_transducer_beam import VOCAB_SIZE, random_inputs, tiny_model
-from tests.decoders.test_transducer_greedy_fusion import VOCAB_SIZE as GREEDY_VOCAB
-from tests.decoders.test_transducer_greedy_fusion import tiny_model as greedy_model
+from tests.decoders.ctc.test_greedy import emissions
+from tests.decoders.transducer.test_beam import VOCAB_SIZE, random_inputs, tiny_model
+from tests.decoders.transducer.test_greedy_fusion import VOCAB_SIZE as GREEDY_VOCAB
+from tests.decoders.transducer.test_greedy_fusion import tiny_model as greedy_model
 from tests.reference.boosting import ReferenceBoosting, ReferenceSum
 from tests.reference.ctc import BigramLm, greedy_one, prefix_beam_search_one
 from tests.reference.transducer_beam import alsd_decode, maes_decode
@@ -152,7 +152,7 @@ import os, random
 os.environ["TRITON_INTERPRET"] = "1"
 import torch
 from decoders.ngram.triton import advance_triton
-from tests.decoders.test_boosting_rows import Batch
+from tests.decoders.boosting.test_rows import Batch
 batch = Batch(7, 150, 5, near=False)
 roots = batch.rows.initial_states(5)
 for row, index in enumerate(batch.set_of_row):
@@ -165,7 +165,7 @@ for row, index in enumerate(batch.set_of_row):
     assert torch.equal(got, expected) and torch.equal(got_next, expected_next + int(roots[row]))
 print("ok")
 """
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     result = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=600,
                             env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": root})
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]

@@ -28,10 +28,10 @@ from decoders.ctc.beam_cpu import CpuCtcBeamSearch
 from decoders.ngram.tensors import walk_torch
 from decoders.transducer.beam import AesBeamSearch, AesSkipBlankSearch, AlsdBeamSearch, BeamSearchConfig
 from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy
-from tests.decoders.test_ctc import emissions
-from tests.decoders.test_transducer_beam import VOCAB_SIZE, random_inputs, tiny_model
-from tests.decoders.test_transducer_greedy_fusion import VOCAB_SIZE as GREEDY_VOCAB
-from tests.decoders.test_transducer_greedy_fusion import tiny_model as greedy_model
+from tests.decoders.ctc.test_greedy import emissions
+from tests.decoders.transducer.test_beam import VOCAB_SIZE, random_inputs, tiny_model
+from tests.decoders.transducer.test_greedy_fusion import VOCAB_SIZE as GREEDY_VOCAB
+from tests.decoders.transducer.test_greedy_fusion import tiny_model as greedy_model
 from tests.reference.boosting import ReferenceBoosting
 from tests.reference.ctc import BigramLm, greedy_one, prefix_beam_search_one
 from tests.reference.transducer_beam import alsd_decode, maes_decode

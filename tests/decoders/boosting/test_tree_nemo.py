@@ -21,7 +21,7 @@ from decoders.boosting.tree import CONTEXT_SCORE, DEPTH_SCALING, PhraseBoosting
 
 pytestmark = pytest.mark.nemo
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NAMES = ["rachel perkins", "katherine robinson", "shawn martinez", "rebecca schaefer", "anna boyle", "jeff fox",
          "jerome fox", "sara holden", "shawn simpson", "alexander cooper", "desiree diaz", "desiree peterson"]
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from decoders.ctc.greedy import CtcGreedy, collapse_blanks
 from decoders.ctc.beam import CtcBeamConfig, CtcBeamSearch
-from tests.decoders.test_ctc import emissions
+from tests.decoders.ctc.test_greedy import emissions
 from tests.reference.ctc import AdvanceOnly, BigramLm, exhaustive_best, prefix_beam_search_one
 
 

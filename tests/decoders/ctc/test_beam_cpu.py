@@ -28,7 +28,7 @@ from decoders.ctc.beam_cpu import CpuCtcBeamSearch
 from decoders.ngram.arpa import write_arpa
 from decoders.ngram.lm import NgramLm
 from tests.decoders.ngram.arpa_factory import random_ngrams
-from tests.decoders.test_ctc import emissions
+from tests.decoders.ctc.test_greedy import emissions
 from tests.reference.ctc import BigramLm
 
 _LM_FOLDER = tempfile.TemporaryDirectory(prefix="ctc_beam_cpu_")

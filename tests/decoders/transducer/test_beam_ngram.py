@@ -18,7 +18,7 @@ from decoders.ngram.lm import NgramLm
 from decoders.transducer.aes import AesSkipBlankSearch
 from decoders.transducer.beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig
 from tests.decoders.ngram.arpa_factory import random_ngrams
-from tests.decoders.test_transducer_beam import (
+from tests.decoders.transducer.test_beam import (
     FUSION_MODES,
     VOCAB_SIZE,
     assert_agree,

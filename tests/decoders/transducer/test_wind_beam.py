@@ -20,7 +20,7 @@ from decoders.transducer.beam_base import BeamSearchConfig
 from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy
 from decoders.transducer.wind_beam import WindBeamSearch
 from tests.decoders.ngram.arpa_factory import random_ngrams
-from tests.decoders.test_transducer_beam import (
+from tests.decoders.transducer.test_beam import (
     FUSION_MODES,
     SETTINGS,
     VOCAB_SIZE,

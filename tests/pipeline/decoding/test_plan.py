@@ -17,7 +17,7 @@ from pipeline.decoding.plan import (
 )
 from pipeline.model.nemo_file import ModelFacts
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[3]
 
 RNNT = ModelFacts(kind="rnnt", durations=(), sample_rate=16000, max_symbols=5)
 TDT_CTC = ModelFacts(kind="hybrid_tdt_ctc", durations=(0, 1, 2, 3, 4), sample_rate=16000, max_symbols=10)

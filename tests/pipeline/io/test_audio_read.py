@@ -29,10 +29,10 @@ from pipeline.io import audio_read
 from pipeline.io.audio import AudioError, LoadedAudio, decode_audio, load_audio, load_audio_batch
 from pipeline.config import InputConfig
 from tests.support.s3_server import moto_s3
-from tests.pipeline.test_audio_fuzz import LIMITS as FUZZ_LIMITS
-from tests.pipeline.test_audio_fuzz import SEEDS
+from tests.pipeline.io.test_audio_fuzz import LIMITS as FUZZ_LIMITS
+from tests.pipeline.io.test_audio_fuzz import SEEDS
 
-SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+SAMPLES = Path(__file__).resolve().parents[3] / "samples"
 RATE = 16000
 WAIT_S = 10.0  # the most a test waits on a read: a broken bound fails the test instead of hanging it
 

@@ -19,7 +19,7 @@ from pipeline.model.nemo_file import read_model_facts
 from pipeline.io.redact import redact, redact_values
 from tests.support.s3_server import moto_s3
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[3]
 URI_SECRET = "FAKEuriSECRET7xq"
 ENV_SECRET = "FAKEenvSECRET9kz"
 QUERY_SECRET = "FAKEsigSECRET3mv"

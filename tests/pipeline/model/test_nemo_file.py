@@ -27,7 +27,7 @@ from pipeline.decoding.recognize import transcript_of
 
 pytestmark = pytest.mark.nemo
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BUNDLED = ROOT / "models" / "demo_hybrid_rnnt_ctc.nemo"
 
 

@@ -411,6 +411,6 @@ def test_each_stage_worker_imports_only_what_its_stage_needs():
               "import pipeline.stages.write\n"
               "print('nemo' in sys.modules)\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                            cwd=str(Path(__file__).resolve().parents[2]))
+                            cwd=str(Path(__file__).resolve().parents[3]))
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", "False", "False"]
