@@ -12,13 +12,14 @@ Old names of settings (`gpu_actors`, `cpu_actors`, `ctc_actors`) are still read,
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
 from pipeline.decoding.plan import DecodingConfig
 from pipeline.decoding.plan import results_identity as decoding_identity
 from pipeline.io.redact import redact_values
+from pipeline.settings import check_settings, section, sections, setting
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 BUNDLED_MODEL = REPOSITORY / "models" / "demo_hybrid_rnnt_ctc.nemo"
@@ -29,11 +30,14 @@ DEFAULT_CACHE_DIR = str(Path.home() / ".cache" / "loopscribe")
 
 @dataclass(frozen=True)
 class ModelConfig:
-    uri: str = str(BUNDLED_MODEL)  # a .nemo path or fsspec URI
-    sha256: str | None = None  # checked before anything is unpickled
-    cache_dir: str = DEFAULT_CACHE_DIR  # node-local cache of remote models and LMs
+    uri: str = setting(str(BUNDLED_MODEL), "NeMo RNN-T, TDT, CTC or hybrid .nemo, path or URI", flag="--model",
+                       metavar="URI", default_help=f"the bundled model, {BUNDLED_MODEL}")
+    sha256: str | None = setting(None, "expected sha256 of the .nemo, checked before it is unpickled",
+                                 flag="--model-sha256")
+    cache_dir: str = setting(DEFAULT_CACHE_DIR, "node-local cache of remote models and LMs")
 
     def __post_init__(self) -> None:
+        check_settings(self, "model")
         if not self.uri:
             raise ValueError("model.uri must name a .nemo file")
 
@@ -43,53 +47,49 @@ class InputConfig:
     """How manifests and audio are read, and what one row may cost: a row past a bound is an error row, never an
     out-of-memory actor or a hung job."""
 
-    glob: Literal["auto", "always", "never"] = "auto"  # auto: a manifest name is a glob only where no such file is
-    read_timeout_s: float = 60.0  # one audio file's read
-    max_file_bytes: int = 2 << 30  # one audio file
-    max_row_duration_s: float = 3 * 3600.0  # decoded audio of one row
-    min_sample_rate: int = 1000  # an audio header claiming less is refused (it would decode to hours of samples)
-    duration_tolerance_s: float = 0.25  # manifest `duration` vs measured `audio_duration`: counted past this
+    glob: Literal["auto", "always", "never"] = setting(
+        "auto", "read --manifest names as globs: auto: only where no file has that very name")
+    read_timeout_s: float = setting(60.0, "seconds one audio file's read may take", above=0, finite=True)
+    max_file_bytes: int = setting(2 << 30, "largest audio file read", above=0)
+    max_row_duration_s: float = setting(3 * 3600.0, "most seconds of audio one row may decode to", above=0,
+                                        finite=True)
+    # an audio header claiming less is refused (it would decode to hours of samples)
+    min_sample_rate: int = setting(1000, "lowest audio sample rate accepted", above=0)
+    duration_tolerance_s: float = setting(
+        0.25, "a manifest duration further than this from the measured one is counted in the summary", above=0,
+        finite=True)
 
     def __post_init__(self) -> None:
-        if self.glob not in ("auto", "always", "never"):
-            raise ValueError(f"input.glob must be auto, always or never, got {self.glob!r}")
-        for name in ("read_timeout_s", "max_file_bytes", "max_row_duration_s", "min_sample_rate",
-                     "duration_tolerance_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"input.{name} must be a number > 0, got {value!r}")
+        check_settings(self, "input")
 
 
 @dataclass(frozen=True)
 class ResourcesConfig:
-    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when the cluster has GPUs
-    asr_actors: int = 1  # encoder + decoding actors; each holds one GPU (on the CPU: fractional CPUs)
-    audio_actors: int = 2  # audio fetch + decode actors
-    writer_actors: int = 1  # CPU actors for CTC beam search (ctc_beam), detokenization, timestamps and writing parts
-    batch_audio_s: float = 300.0  # padded audio seconds per encoder batch (length bucketing bound)
-    max_batch_size: int = 64  # utterances per encoder batch
-    window_rows: int = 1024  # rows the ASR stage receives at once and buckets by length (the streaming window)
-    part_rows: int = 256  # rows per committed Parquet part
-    asr_actor_cpus: float | None = None  # CPUs reserved per ASR actor; None: 1 with a GPU, 0.5 without
-    torch_threads: int | None = None  # torch threads per ASR actor on the CPU; None: torch's default
-    side_stage_nice: int = 4  # steps of niceness (0-19) the audio and writer actors run below the ASR actor (Ray's
-    # workers start at 15, the floor is 19): on a node's busy cores the ASR actor, which sets the job's pace, runs
-    # first (docs/benchmarks.md); 0: all stages alike
+    device: Literal["auto", "cpu", "cuda"] = setting(
+        "auto", "where the ASR actors run; auto: cuda when the cluster has GPUs")
+    asr_actors: int = setting(1, "encoder + decoding actors, one GPU each (on the CPU: fractional CPUs)", minimum=1,
+                              hidden_aliases=("--gpu-actors",))
+    audio_actors: int = setting(2, "audio fetch/decode actors", minimum=1, hidden_aliases=("--cpu-actors",))
+    writer_actors: int = setting(1, "CPU actors for CTC beam search, detokenization and writing", minimum=1,
+                                 hidden_aliases=("--ctc-actors",))
+    # the length bucketing bound
+    batch_audio_s: float = setting(300.0, "padded audio seconds per encoder batch", above=0, finite=True)
+    max_batch_size: int = setting(64, "utterances per encoder batch", minimum=1)
+    # the streaming window
+    window_rows: int = setting(1024, "rows each ASR call buckets by length", minimum=1)
+    part_rows: int = setting(256, "rows per Parquet part", minimum=1)
+    asr_actor_cpus: float | None = setting(None, "CPUs reserved per ASR actor", above=0, finite=True,
+                                           default_help="1 with a GPU, 0.5 without")
+    torch_threads: int | None = setting(None, "torch threads per ASR actor on the CPU", minimum=1,
+                                        default_help="torch's default")
+    # Ray's workers start at niceness 15, the floor is 19: on a node's busy cores the ASR actor, which sets the job's
+    # pace, runs first (docs/benchmarks.md)
+    side_stage_nice: int = setting(
+        4, "steps of niceness the audio and writer actors run below the ASR actor, so that it runs first on busy "
+           "cores; 0: all alike", minimum=0, maximum=19)
 
     def __post_init__(self) -> None:
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"resources.device must be auto, cpu or cuda, got {self.device!r}")
-        for name in ("asr_actors", "audio_actors", "writer_actors", "max_batch_size", "window_rows", "part_rows"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"resources.{name} must be >= 1, got {getattr(self, name)}")
-        if not self.batch_audio_s > 0:
-            raise ValueError(f"resources.batch_audio_s must be > 0, got {self.batch_audio_s}")
-        if self.asr_actor_cpus is not None and not self.asr_actor_cpus > 0:
-            raise ValueError(f"resources.asr_actor_cpus must be > 0, got {self.asr_actor_cpus}")
-        if self.torch_threads is not None and self.torch_threads < 1:
-            raise ValueError(f"resources.torch_threads must be >= 1, got {self.torch_threads}")
-        if not 0 <= self.side_stage_nice <= 19:
-            raise ValueError(f"resources.side_stage_nice must be 0-19 steps, got {self.side_stage_nice}")
+        check_settings(self, "resources")
 
     def asr_cpus(self, device: str) -> float:
         """CPUs reserved per ASR actor: a whole one beside a GPU; half of one where the actor itself is on a CPU
@@ -105,43 +105,50 @@ class LongAudioConfig:
     `local_context` frames each side (NeMo's `rel_pos_local_attn`) instead of the whole input. Measured in
     `benchmarks/long_audio.py` (docs/long_audio.md): chunks beat local attention on the bundled model."""
 
-    chunk_s: float = 30.0  # 0: never cut (a recording is encoded whole: memory grows with its length)
-    overlap_s: float = 4.0
-    attention: Literal["full", "local"] = "full"
-    local_context: int = 128  # encoder frames each side, with attention = "local"
+    chunk_s: float = setting(
+        30.0, "rows longer than this are decoded in chunks of this many seconds; 0: never (the encoder's memory then "
+              "grows with the row)", minimum=0, finite=True)
+    overlap_s: float = setting(4.0, "seconds each chunk overlaps the next", flag="--chunk-overlap-s", minimum=0,
+                               finite=True)
+    attention: Literal["full", "local"] = setting(
+        "full", "encoder self-attention: full, or local (NeMo's rel_pos_local_attn; Conformer models)")
+    local_context: int = setting(128, "encoder frames each side that local attention sees", minimum=1)
 
     def __post_init__(self) -> None:
-        for name in ("chunk_s", "overlap_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-                raise ValueError(f"long_audio.{name} must be a number >= 0, got {value!r}")
+        check_settings(self, "long_audio")
         if self.chunk_s and not self.overlap_s < self.chunk_s / 2:
             raise ValueError(f"long_audio.overlap_s must be less than half of chunk_s ({self.chunk_s:g}), got "
                              f"{self.overlap_s:g}")
-        if self.attention not in ("full", "local"):
-            raise ValueError(f"long_audio.attention must be full or local, got {self.attention!r}")
-        if isinstance(self.local_context, bool) or not isinstance(self.local_context, int) or self.local_context < 1:
-            raise ValueError(f"long_audio.local_context must be an integer >= 1, got {self.local_context!r}")
 
 
-# settings renamed, still read under their old names (flags and YAML): old -> new
+# settings renamed, still read under their old names in YAML (flags: each setting's hidden_aliases): old -> new
 RESOURCE_ALIASES = {"gpu_actors": "asr_actors", "cpu_actors": "audio_actors", "ctc_actors": "writer_actors"}
 
 
 @dataclass(frozen=True)
 class TranscribeJobConfig:
-    manifests: tuple[str, ...] = (str(BUNDLED_MANIFEST),)  # paths, URIs or globs
-    output: str = "transcripts"  # a folder path or URI
-    model: ModelConfig = field(default_factory=ModelConfig)
-    decoding: DecodingConfig = field(default_factory=DecodingConfig)
-    input: InputConfig = field(default_factory=InputConfig)
-    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
-    long_audio: LongAudioConfig = field(default_factory=LongAudioConfig)
-    ray_address: str | None = None  # None: RAY_ADDRESS or a running cluster, else a new local one
+    manifests: tuple[str, ...] = setting(
+        (str(BUNDLED_MANIFEST),), "NeMo JSON-lines or Lhotse cut manifests (.jsonl[.gz]): paths, fsspec URIs or globs",
+        flag="--manifest", metavar="URI", default_help=f"the bundled samples, {BUNDLED_MANIFEST}", checked=False,
+        group="input and output")
+    output: str = setting("transcripts", "folder or URI for the Parquet parts, _config.json, _summary.json and "
+                                         "_SUCCESS", group="input and output")
+    model: ModelConfig = section("model", ModelConfig)
+    decoding: DecodingConfig = section("decoding", DecodingConfig)
+    input: InputConfig = section("input bounds (a row past one is an error row)", InputConfig)
+    resources: ResourcesConfig = section("resources", ResourcesConfig)
+    long_audio: LongAudioConfig = section("long recordings (cut into overlapping chunks, merged back into one row)",
+                                          LongAudioConfig)
+    ray_address: str | None = setting(
+        None, "cluster to join", default_help="RAY_ADDRESS, as `ray job submit` sets it, else a new local Ray on "
+                                              "127.0.0.1", group="ray")
     # a rerun transcribes again the rows earlier runs committed as error rows (a file that could not be read then)
-    retry_errors: bool = False
+    retry_errors: bool = setting(
+        False, "transcribe again the rows an earlier run into the same --output committed as error rows (audio that "
+               "could not be read then, say); the new row replaces the error row", group="input and output")
 
     def __post_init__(self) -> None:
+        check_settings(self)
         if isinstance(self.manifests, (str, list)):
             object.__setattr__(self, "manifests", (self.manifests,) if isinstance(self.manifests, str)
                                else tuple(self.manifests))
@@ -161,10 +168,6 @@ class TranscribeJobConfig:
                               "long_audio": dataclasses.asdict(self.long_audio)})
 
 
-_SECTIONS = {"model": ModelConfig, "decoding": DecodingConfig, "input": InputConfig, "resources": ResourcesConfig,
-             "long_audio": LongAudioConfig}
-
-
 def config_from_dict(values: dict[str, Any]) -> TranscribeJobConfig:
     """Nested dict (YAML or JSON: top-level keys plus model/decoding/resources sections) -> config.
 
@@ -175,22 +178,36 @@ def config_from_dict(values: dict[str, Any]) -> TranscribeJobConfig:
     unknown = sorted(set(values) - top_level)
     if unknown:
         raise ValueError(f"unknown config keys: {', '.join(unknown)} (known: {', '.join(sorted(top_level))})")
-    for section, section_class in _SECTIONS.items():
-        given = values.get(section)
+    for name, (_, section_class) in sections(TranscribeJobConfig).items():
+        given = values.get(name)
         if given is None:
             continue
         if isinstance(given, section_class):
             continue
         if not isinstance(given, dict):
-            raise ValueError(f"config section {section!r} must be a mapping, got {type(given).__name__}")
+            raise ValueError(f"config section {name!r} must be a mapping, got {type(given).__name__}")
         known = {f.name for f in fields(section_class)}
         unknown = sorted(set(given) - known)
         if unknown:
-            raise ValueError(f"unknown keys in {section}: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-        values[section] = section_class(**given)
+            raise ValueError(f"unknown keys in {name}: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        values[name] = section_class(**given)
     if "manifests" in values and isinstance(values["manifests"], list):
         values["manifests"] = tuple(values["manifests"])
     return TranscribeJobConfig(**values)
+
+
+def config_from_flags(yaml_path: str | None, overrides: dict[str, Any]) -> TranscribeJobConfig:
+    """A job's config: the YAML file's settings (if any), with the flags given (`overrides`, None: not given) on top.
+    A bad file or setting raises ValueError naming it."""
+    base: dict[str, Any] = {}
+    if yaml_path:
+        import yaml
+
+        with open(yaml_path, encoding="utf-8") as handle:
+            base = yaml.safe_load(handle) or {}
+        if not isinstance(base, dict):
+            raise ValueError(f"{yaml_path}: expected a mapping of settings")
+    return config_from_dict(merge(with_current_names(base), overrides))
 
 
 def with_current_names(values: dict[str, Any]) -> dict[str, Any]:

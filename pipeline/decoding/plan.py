@@ -19,8 +19,8 @@ Dims: B batch, T encoder frames, T' frames after blank collapse, D encoder featu
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal
@@ -29,6 +29,7 @@ import numpy as np
 
 from pipeline.model.nemo_file import Head, ModelFacts
 from pipeline.io.redact import redact
+from pipeline.settings import check_settings, setting
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -46,65 +47,85 @@ WriterSearch = Callable[[Sequence[CompactCtc]], list["Hypothesis"]]
 
 
 # --- the settings ------------------------------------------------------------------------------------------
+CONFIDENCE_GROUP = "confidence (greedy strategies; NeMo's ConfidenceConfig names and defaults)"
+
+
+def collapse_threshold_flag(value: str) -> float | str:
+    """--ctc-collapse-threshold: a number, or 'weak'."""
+    if value == "weak":
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'weak', got {value!r}") from None
+
+
 @dataclass(frozen=True)
 class DecodingConfig:
     """What the user asked for (flags or the YAML `decoding:` section); `plan_decoding` resolves it per model."""
 
-    strategy: str = "greedy"  # a key of STRATEGIES
-    beam_size: int = 4
-    max_symbols: int | None = None  # labels per frame (transducers); None: the checkpoint's own setting
-    window_size: int = 8  # WIND frames (wind_greedy, wind_beam, aes_skip)
-    lm_uri: str | None = None  # n-gram LM: a binary from `python jobs/build_lm.py`, or a token- or word-level ARPA
-    lm_sha256: str | None = None
-    lm_weight: float = 0.0  # shallow-fusion weight (NeMo's ngram_lm_alpha)
-    # an ARPA --lm: "auto" tells token- from word-level by its unigrams (decoders/ngram/word_lm.py::arpa_level);
-    # a word-level one is converted to a token LM with the model's tokenizer (pipeline/lm/word_arpa.py) and cached
-    lm_level: Literal["auto", "token", "word"] = "auto"
-    # phrase boosting (decoders/boosting/tree.py): a list of phrases, one a line, `phrase<TAB>weight` for a phrase's own
-    # context score; path or URI
-    phrases_uri: str | None = None
-    # the boosting trees' fusion weight (NeMo's boosting_tree_alpha), of the --phrases list and of each row's own
-    # list (a manifest's `phrases`, used wherever a row has one); 0: no boosting, the rows' lists ignored
-    boost_weight: float = 0.5
-    pruning: Literal["early", "late"] = "late"  # transducer beam + LM
-    blank_lm_scoring: Literal["none", "weighted"] = "weighted"  # transducer beam + LM
-    # ctc_beam: blank collapse of frames whose p(blank) exceeds this; "weak": frames whose argmax is blank;
+    strategy: str = setting(
+        "greedy", lambda: "; ".join(f"{s.name}: {s.help}" for s in STRATEGIES.values()), flag="--decoding",
+        metavar="STRATEGY",
+        aliases=("--strategy",), choices=lambda: tuple(STRATEGIES))
+    beam_size: int = setting(4, "beam width", minimum=1)
+    max_symbols: int | None = setting(None, "labels per frame for transducers", minimum=1,
+                                      default_help="the checkpoint's setting")
+    window_size: int = setting(8, "WIND window in frames (wind_greedy, wind_beam, aes_skip)", minimum=1)
+    lm_uri: str | None = setting(
+        None, "n-gram LM: a binary from `python jobs/build_lm.py`, or an ARPA file (name containing .arpa), "
+              "token-level or word-level (KenLM, SRILM, varikn: converted with the model's tokenizer and cached)",
+        flag="--lm", metavar="URI")
+    lm_sha256: str | None = setting(None, "expected sha256 of the LM file")
+    lm_weight: float = setting(0.0, "shallow-fusion weight of the LM", aliases=("--ngram-lm-alpha",), minimum=0,
+                               finite=True)
+    # a word-level ARPA is converted to a token LM with the model's tokenizer (pipeline/lm/word_arpa.py) and cached
+    lm_level: Literal["auto", "token", "word"] = setting(
+        "auto", "an ARPA --lm's units; auto tells them by its unigrams (decoders/ngram/word_lm.py::arpa_level)")
+    # phrase boosting (decoders/boosting/tree.py)
+    phrases_uri: str | None = setting(
+        None, "boost these phrases (names, products) with any strategy, alone or with --lm: one a line, "
+              "`phrase<TAB>weight` to give a phrase its own score (default weight 1)", flag="--phrases",
+        metavar="FILE_OR_URI")
+    # NeMo's boosting_tree_alpha
+    boost_weight: float = setting(
+        0.5, "fusion weight of the phrase boosting, of --phrases and of the rows' own `phrases` lists (a manifest key; "
+             "0 turns those off)", minimum=0, finite=True)
+    pruning: Literal["early", "late"] = setting("late", "transducer beam + LM: top-k before or after fusion")
+    blank_lm_scoring: Literal["none", "weighted"] = setting("weighted", "transducer beam + LM: blank scoring")
     # None (or 0, the same in YAML and on the command line): off
-    ctc_collapse_threshold: float | Literal["weak"] | None = 0.9
-    ctc_insertion_bonus: float = 0.0  # ctc_beam: added per label
-    ctc_beam_threshold: float = 20.0  # ctc_beam: drop candidates this far below the best
-    use_cuda_graphs: bool = True  # transducer greedy and beam loops replay CUDA graphs on a GPU
+    ctc_collapse_threshold: float | Literal["weak"] | None = setting(
+        0.9, "ctc_beam: blank collapse before the search of frames whose p(blank) exceeds this; 'weak': frames whose "
+             "argmax is blank; 0: off", parse=collapse_threshold_flag, checked=False)
+    ctc_insertion_bonus: float = setting(0.0, "ctc_beam: score added per label", finite=True)
+    ctc_beam_threshold: float = setting(20.0, "ctc_beam: drop candidates this far (log-prob) below the best",
+                                        above=0, finite=True)
+    use_cuda_graphs: bool = setting(
+        True, "run the transducer decoding loops eagerly on a GPU instead of replaying CUDA graphs",
+        flag="--no-cuda-graphs")
     # word and utterance confidence (every strategy), with NeMo's ConfidenceConfig names and defaults
-    confidence: bool = False
-    confidence_method: Literal["max_prob", "entropy"] = "entropy"
-    entropy_type: Literal["gibbs", "tsallis", "renyi"] = "tsallis"
-    confidence_alpha: float = 0.33
-    entropy_norm: Literal["exp", "lin"] = "exp"
-    confidence_aggregation: Literal["min", "max", "mean", "prod"] = "min"  # tokens -> words -> utterance
-    confidence_exclude_blank: bool = True
-    # a map from this measure to P(word right), fitted for this model (pipeline/decoding/calibration.py); path or URI
-    confidence_calibration: str | None = None
-    # a hybrid model's other head decoded greedily beside the chosen one: its text (`second_head_text`) and the two
-    # heads' word agreement (`head_agreement`) in the output, for filtering pseudo-labels
-    head_agreement: bool = False
+    confidence: bool = setting(False, "fill words[].confidence and the utterance's `confidence` column",
+                               group=CONFIDENCE_GROUP)
+    confidence_method: Literal["max_prob", "entropy"] = setting("entropy", "the measure", group=CONFIDENCE_GROUP)
+    entropy_type: Literal["gibbs", "tsallis", "renyi"] = setting("tsallis", "entropy measure", group=CONFIDENCE_GROUP)
+    confidence_alpha: float = setting(0.33, "alpha", finite=True, group=CONFIDENCE_GROUP)
+    entropy_norm: Literal["exp", "lin"] = setting("exp", "entropy normalisation", group=CONFIDENCE_GROUP)
+    confidence_aggregation: Literal["min", "max", "mean", "prod"] = setting(
+        "min", "tokens -> words -> utterance", group=CONFIDENCE_GROUP)
+    confidence_exclude_blank: bool = setting(
+        True, "count the blank steps beside each token (default: excluded)", flag="--confidence-include-blank",
+        group=CONFIDENCE_GROUP)
+    confidence_calibration: str | None = setting(
+        None, "map word confidence to P(word right) with this calibration (a path or URI, fitted for this model and "
+              "measure by `python benchmarks/confidence.py --write-calibration`)", metavar="FILE",
+        group=CONFIDENCE_GROUP)
+    # for filtering pseudo-labels
+    head_agreement: bool = setting(
+        False, "a hybrid model: also decode the other head greedily; its text in `second_head_text` and the heads' "
+               "word agreement (1 - WER between them) in `head_agreement`", group=CONFIDENCE_GROUP)
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"decoding.strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
-        for name in ("beam_size", "window_size") + (("max_symbols",) if self.max_symbols is not None else ()):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"decoding.{name} must be an integer >= 1, got {value!r}")
-        for name in ("lm_weight", "boost_weight", "ctc_insertion_bonus", "ctc_beam_threshold"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"decoding.{name} must be a finite number, got {value!r}")
-        if self.lm_weight < 0:
-            raise ValueError(f"decoding.lm_weight must be >= 0, got {self.lm_weight}")
-        if self.boost_weight < 0:
-            raise ValueError(f"decoding.boost_weight must be >= 0 (0: no phrase boosting), got {self.boost_weight}")
-        if self.lm_level not in ("auto", "token", "word"):
-            raise ValueError(f"decoding.lm_level must be auto, token or word, got {self.lm_level!r}")
+        check_settings(self, "decoding")
         if self.lm_weight > 0 and not self.lm_uri:
             raise ValueError("decoding.lm_weight > 0 needs decoding.lm_uri (--lm)")
         if self.lm_uri and self.lm_weight == 0:
@@ -113,10 +134,6 @@ class DecodingConfig:
         if self.phrases_uri and not self.boost_weight > 0:
             raise ValueError(f"decoding.phrases_uri (--phrases) needs decoding.boost_weight > 0 (--boost-weight), got "
                              f"{self.boost_weight}")
-        if self.pruning not in ("early", "late"):
-            raise ValueError(f"decoding.pruning must be 'early' or 'late', got {self.pruning!r}")
-        if self.blank_lm_scoring not in ("none", "weighted"):
-            raise ValueError(f"decoding.blank_lm_scoring must be 'none' or 'weighted', got {self.blank_lm_scoring!r}")
         threshold = self.ctc_collapse_threshold
         if isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and threshold == 0:
             object.__setattr__(self, "ctc_collapse_threshold", None)  # 0 means off, as on the command line
@@ -124,11 +141,6 @@ class DecodingConfig:
                 isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and 0.0 < threshold < 1.0):
             raise ValueError(f"decoding.ctc_collapse_threshold must lie in (0, 1), or be 'weak', 0 or None (off): "
                              f"{threshold!r}")
-        if not self.ctc_beam_threshold > 0:
-            raise ValueError(f"decoding.ctc_beam_threshold must be > 0, got {self.ctc_beam_threshold}")
-        if self.confidence_aggregation not in ("min", "max", "mean", "prod"):
-            raise ValueError(f"decoding.confidence_aggregation must be min, max, mean or prod, got "
-                             f"{self.confidence_aggregation!r}")
         if self.confidence_calibration and not self.confidence:
             raise ValueError("decoding.confidence_calibration (--confidence-calibration) needs decoding.confidence "
                              "(--confidence)")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline import schema
+from pipeline.settings import check_settings, setting
 
 _WORD = re.compile(r"\S+")
 
@@ -32,29 +33,27 @@ _WORD = re.compile(r"\S+")
 class LabelFilters:
     """What a kept utterance must satisfy (defaults measured on the bundled test set: docs/pseudo_label.md)."""
 
-    min_confidence: float = 0.3  # the utterance's confidence: the mean of its words' (NeMo's default measure)
-    min_duration_s: float = 0.3
-    max_duration_s: float = 40.0
-    min_chars_per_s: float = 2.0
-    max_chars_per_s: float = 30.0
-    max_repeats: int = 3  # a word n-gram (n <= 4) repeated back to back more than this: rejected
-    # a hybrid model's heads (`head_agreement`: 1 - the WER between their texts) below this: rejected
-    min_head_agreement: float = 0.5
+    # the utterance's confidence: the mean of its words' (NeMo's default measure)
+    min_confidence: float = setting(0.3, "utterance confidence a kept utterance needs", minimum=0, maximum=1)
+    min_duration_s: float = setting(0.3, "shortest utterance kept, seconds", minimum=0, finite=True)
+    max_duration_s: float = setting(40.0, "longest utterance kept, seconds", minimum=0, finite=True)
+    min_chars_per_s: float = setting(2.0, "fewest characters per second of a kept utterance", minimum=0,
+                                     finite=True)
+    max_chars_per_s: float = setting(30.0, "most characters per second of a kept utterance", minimum=0, finite=True)
+    max_repeats: int = setting(3, "a word n-gram (n <= 4) repeated back to back more than this is rejected",
+                               minimum=1)
+    min_head_agreement: float = setting(
+        0.5, "a hybrid model (both heads): the share of words the other head's greedy text agrees on (1 - WER between "
+             "them) a kept utterance needs; 0 turns the second decode off", minimum=0, maximum=1)
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.min_confidence <= 1.0:
-            raise ValueError(f"min_confidence must lie in [0, 1], got {self.min_confidence}")
-        if not 0 <= self.min_duration_s < self.max_duration_s:
+        check_settings(self)
+        if not self.min_duration_s < self.max_duration_s:
             raise ValueError(f"need 0 <= min_duration_s < max_duration_s, got {self.min_duration_s}, "
                              f"{self.max_duration_s}")
-        if not 0 <= self.min_chars_per_s < self.max_chars_per_s:
+        if not self.min_chars_per_s < self.max_chars_per_s:
             raise ValueError(f"need 0 <= min_chars_per_s < max_chars_per_s, got {self.min_chars_per_s}, "
                              f"{self.max_chars_per_s}")
-        if not 0.0 <= self.min_head_agreement <= 1.0:
-            raise ValueError(f"min_head_agreement must lie in [0, 1], got {self.min_head_agreement}")
-        if self.max_repeats < 1:
-            raise ValueError(f"max_repeats must be >= 1, got {self.max_repeats}")
-
 
 def duration_of(row: dict[str, Any]) -> float:
     """Seconds of audio the utterance is: measured where known, else the manifest's."""
