@@ -45,15 +45,14 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
 from benchmarks._timing import machine  # noqa: E402
-from decoders.ngram.lm import NgramLm  # noqa: E402
-from jobs.build_lm import build_lm  # noqa: E402
+from decoders.ngram import NgramLm  # noqa: E402
 from pipeline.config import BUNDLED_MODEL, BUNDLED_TDT_MODEL  # noqa: E402
-from pipeline.decoding.plan import DecodingConfig, compact_ctc_log_probs, plan_decoding, strategies_for  # noqa: E402
-from pipeline.model.nemo import AsrModel, load_asr_model  # noqa: E402
-from pipeline.lm.tuning import (  # noqa: E402
+from pipeline.decoding import DecodingConfig, compact_ctc_log_probs, plan_decoding, strategies_for  # noqa: E402
+from pipeline.lm import (  # noqa: E402
     EncodedSet,
     Score,
     TrialCache,
+    build_lm,  # noqa: E402
     encode_set,
     score,
     setting_key,
@@ -61,6 +60,7 @@ from pipeline.lm.tuning import (  # noqa: E402
     transcribe_set,
     tune,
 )
+from pipeline.model import AsrModel, load_asr_model  # noqa: E402
 
 FULL_WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0, 1.2, 1.5, 2.0)
 QUICK_WEIGHTS = (0.6,)

@@ -31,8 +31,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._timing import machine  # noqa: E402
 from pipeline import schema  # noqa: E402
-from pipeline.io import sink
 from pipeline.config import BUNDLED_MODEL, ModelConfig, ResourcesConfig, TranscribeJobConfig  # noqa: E402
+from pipeline.io import sink
 from tests.support.hostile_corpus import PeakRss, write_hostile_corpus  # noqa: E402
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"

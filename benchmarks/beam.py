@@ -43,10 +43,17 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._timing import interleaved_ms, machine  # noqa: E402
-from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias, emission_rate  # noqa: E402
-from decoders.transducer.aes import AesSkipBlankSearch  # noqa: E402
-from decoders.transducer.beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig  # noqa: E402
-from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy  # noqa: E402
+from decoders.transducer import (  # noqa: E402  # noqa: E402  # noqa: E402
+    AesBeamSearch,
+    AesSkipBlankSearch,  # noqa: E402
+    AlsdBeamSearch,
+    BeamSearchConfig,
+    GreedyConfig,
+    LabelLoopingGreedy,
+    TinyTransducer,
+    calibrate_blank_bias,
+    emission_rate,
+)
 from tests.reference.transducer_beam import alsd_decode, maes_decode  # noqa: E402
 
 # AES++ with blank-frame skipping gives AES++'s results (tests/decoders/transducer/test_beam.py), so its reference
@@ -109,7 +116,7 @@ def timed(decode, repeats: int, device: str):
 
 def random_nemo_transducer(kind: str, frames_per_label: float = 3.0):
     """A random NeMo RNN-T or TDT model, its `NemoTransducer`, and the blank bias giving that emission rate."""
-    from pipeline.model.nemo import NemoTransducer
+    from pipeline.model import NemoTransducer
     from tests.support.random_nemo import build_random_model, set_blank_bias, train_tokenizer
 
     nemo_kind = "rnnt" if kind == "rnnt" else "tdt_ctc"

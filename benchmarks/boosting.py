@@ -48,12 +48,18 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
 from benchmarks._timing import interleaved_ms, machine  # noqa: E402
-from decoders.boosting.tree import PhraseBoosting  # noqa: E402
+from decoders.boosting import PhraseBoosting  # noqa: E402
 from pipeline.config import BUNDLED_MODEL  # noqa: E402
-from pipeline.decoding.plan import DecodingConfig, decode_in_process, plan_decoding, strategies_for  # noqa: E402
-from pipeline.decoding.fusion import boosting_from_phrase_file, sentencepiece_of  # noqa: E402
-from pipeline.model.nemo import load_asr_model  # noqa: E402
-from pipeline.lm.tuning import EncodedSet, encode_set, score  # noqa: E402
+from pipeline.decoding import (  # noqa: E402  # noqa: E402
+    DecodingConfig,
+    boosting_from_phrase_file,
+    decode_in_process,
+    plan_decoding,
+    sentencepiece_of,
+    strategies_for,
+)
+from pipeline.lm import EncodedSet, encode_set, score  # noqa: E402
+from pipeline.model import load_asr_model  # noqa: E402
 
 FULL_WEIGHTS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 QUICK_WEIGHTS = (0.5,)

@@ -7,8 +7,8 @@ utterance; job-wide boosting boosts the whole book (236 names) for every utteran
 output (computed once, in batches of `--batch-size`, not timed), per strategy:
 - plain: no boosting;
 - job: the contact book, job-wide;
-- rows: every utterance with its own list, as the ASR stage decodes a batch (`pipeline/decoding/row_phrases.py`: the batch's
-  model built from cached trees, a decoder of the batch, the decode);
+- rows: every utterance with its own list, as the ASR stage decodes a batch (`pipeline/decoding/row_phrases.py`: the
+  batch's model built from cached trees, a decoder of the batch, the decode);
 - half: every other utterance with its own list (mixed batches: decoded in two calls).
 Times are the whole test set's decode, runs interleaved (`benchmarks/_timing.py`). Building a batch's model is also
 timed apart: cold (a new actor: tokenizing every phrase and building every list's tree) and warm (the lists'
@@ -40,12 +40,11 @@ sys.path.insert(0, str(REPOSITORY))
 
 from benchmarks._timing import interleaved_ms, machine  # noqa: E402
 from benchmarks.boosting import contact_names, key_phrase_counts, key_phrase_scores, read_set  # noqa: E402
-from decoders.boosting.tree import PhraseBoosting  # noqa: E402
+from decoders.boosting import PhraseBoosting  # noqa: E402
 from pipeline.config import BUNDLED_MODEL  # noqa: E402
-from pipeline.decoding.plan import DecodingConfig, compact_ctc_log_probs, plan_decoding  # noqa: E402
-from pipeline.model.nemo import load_asr_model  # noqa: E402
-from pipeline.decoding.row_phrases import RowPhrases, phrase_set  # noqa: E402
-from pipeline.lm.tuning import score  # noqa: E402
+from pipeline.decoding import DecodingConfig, RowPhrases, compact_ctc_log_probs, phrase_set, plan_decoding  # noqa: E402  # noqa: E402
+from pipeline.lm import score  # noqa: E402
+from pipeline.model import load_asr_model  # noqa: E402
 
 
 def row_lists(references: list[str], contacts: list[str], size: int, seed: int = 0) -> list[list[str]]:

@@ -46,13 +46,20 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
 from benchmarks._timing import machine  # noqa: E402
-from pipeline.decoding.calibration import DEFAULT_KIND, KINDS, fit_calibration, measure_of  # noqa: E402
 from pipeline.config import BUNDLED_MODEL  # noqa: E402
-from pipeline.decoding.plan import DecodingConfig, decode_in_process, plan_decoding  # noqa: E402
-from pipeline.io.fetch import file_sha256  # noqa: E402
-from pipeline.model.nemo import AsrModel, load_asr_model  # noqa: E402
-from pipeline.decoding.recognize import transcript_of  # noqa: E402
-from pipeline.lm.tuning import EncodedSet, encode_set  # noqa: E402
+from pipeline.decoding import (  # noqa: E402  # noqa: E402
+    DEFAULT_KIND,
+    KINDS,
+    DecodingConfig,
+    decode_in_process,
+    fit_calibration,
+    measure_of,
+    plan_decoding,
+    transcript_of,  # noqa: E402
+)
+from pipeline.io import file_sha256  # noqa: E402
+from pipeline.lm import EncodedSet, encode_set  # noqa: E402
+from pipeline.model import AsrModel, load_asr_model  # noqa: E402
 
 ECE_BINS = 10
 # (row name, DecodingConfig confidence settings); alpha 1.0: every entropy is Shannon's

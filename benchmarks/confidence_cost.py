@@ -20,9 +20,8 @@ import torch
 
 from benchmarks._timing import interleaved_ms, machine
 from decoders.confidence import ConfidenceConfig
-from decoders.ctc.greedy import CtcGreedy
-from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias
-from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy
+from decoders.ctc import CtcGreedy
+from decoders.transducer import GreedyConfig, LabelLoopingGreedy, TinyTransducer, calibrate_blank_bias
 
 
 def _transducer_runs(model, configs, encoder_output, lengths) -> dict:

@@ -49,9 +49,13 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._timing import interleaved_ms, machine  # noqa: E402
-from decoders.ctc.greedy import CtcGreedy, collapse_blanks  # noqa: E402
-from decoders.ctc.beam import CtcBeamConfig, CtcBeamSearch  # noqa: E402
-from decoders.ctc.beam_cpu import CpuCtcBeamSearch  # noqa: E402
+from decoders.ctc import (  # noqa: E402  # noqa: E402
+    CpuCtcBeamSearch,  # noqa: E402
+    CtcBeamConfig,
+    CtcBeamSearch,
+    CtcGreedy,
+    collapse_blanks,
+)
 from tests.reference.ctc import (  # noqa: E402
     nemo_symbol,
     peaky_emissions_with_tokens,
@@ -126,7 +130,7 @@ def load_lms(vocab_size: int, folder: Path, seed: int):
     write_token_arpa(nemo_arpa, ngrams, nemo_symbol)
     write_token_arpa(peer_arpa, ngrams, peer_symbol)
     if importlib.util.find_spec("decoders.ngram") is not None:
-        from decoders.ngram.lm import NgramLm
+        from decoders.ngram import NgramLm
 
         return table_lm, NgramLm.from_arpa(nemo_arpa, vocab_size=vocab_size - 1), "NgramLm", peer_arpa
     return table_lm, table_lm, "table bigram (decoders/ngram absent)", peer_arpa
@@ -241,12 +245,10 @@ def bench_domain(args, folder: Path) -> dict:
 
     import soundfile
 
-    from decoders.ngram.arpa import BOS_ID, EOS_ID, UNK_ID, read_arpa
-    from decoders.ngram.lm import NgramLm
-    from jobs.build_lm import build_lm
+    from decoders.ngram import BOS_ID, EOS_ID, UNK_ID, NgramLm, read_arpa
     from pipeline.config import BUNDLED_MODEL
-    from pipeline.model.nemo import load_asr_model
-    from pipeline.lm.tuning import encode_set, score
+    from pipeline.lm import build_lm, encode_set, score
+    from pipeline.model import load_asr_model
 
     repository = Path(__file__).resolve().parent.parent
     domain = repository / "samples" / "domain"

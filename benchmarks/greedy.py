@@ -28,9 +28,14 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._timing import interleaved_ms, machine  # noqa: E402
-from decoders.transducer.frame_looping import FrameLoopingGreedy  # noqa: E402
-from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias, emission_rate  # noqa: E402
-from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy  # noqa: E402
+from decoders.transducer import (  # noqa: E402  # noqa: E402
+    FrameLoopingGreedy,  # noqa: E402
+    GreedyConfig,
+    LabelLoopingGreedy,
+    TinyTransducer,
+    calibrate_blank_bias,
+    emission_rate,
+)
 
 KINDS = {"rnnt": (), "tdt": (0, 1, 2, 3, 4)}
 

@@ -37,10 +37,10 @@ import torch  # noqa: E402
 
 from benchmarks._timing import machine  # noqa: E402
 from pipeline import schema  # noqa: E402
-from pipeline.io import sink
 from pipeline.config import BUNDLED_MODEL, ModelConfig, ResourcesConfig, TranscribeJobConfig  # noqa: E402
-from pipeline.decoding.plan import DecodingConfig  # noqa: E402
-from pipeline.lm.tuning import encode_set, score, takes_bonus, transcribe_set  # noqa: E402
+from pipeline.decoding import DecodingConfig  # noqa: E402
+from pipeline.io import sink  # noqa: E402
+from pipeline.lm import encode_set, score, takes_bonus, transcribe_set  # noqa: E402
 
 FULL_STRATEGIES, FULL_WEIGHTS = ("alsd", "ctc_beam"), (0.5, 1.0, 2.0)
 QUICK_STRATEGIES, QUICK_WEIGHTS = ("alsd",), (1.0,)  # one transcription run: (a)'s fixed cost weighs most here
@@ -90,11 +90,10 @@ def main() -> int:
 
     import ray
 
-    from decoders.ngram.lm import NgramLm
-    from jobs.build_lm import build_lm
-    from pipeline.io.audio import load_audio
-    from pipeline.io.manifest import read_manifest
-    from pipeline.model.nemo import load_asr_model
+    from decoders.ngram import NgramLm
+    from pipeline.io import load_audio, read_manifest
+    from pipeline.lm import build_lm
+    from pipeline.model import load_asr_model
 
     work = Path(tempfile.mkdtemp(prefix="lslmt", dir="/tmp"))  # short: Ray's socket paths live under it
     rows: list[dict] = []

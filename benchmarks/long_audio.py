@@ -46,12 +46,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._timing import machine  # noqa: E402
 from pipeline import schema  # noqa: E402
-from pipeline.stages import asr as asr_stage, rows as stages
 from pipeline.config import BUNDLED_MODEL, REPOSITORY, LongAudioConfig, ModelConfig, ResourcesConfig  # noqa: E402
-from pipeline.decoding.plan import DecodingConfig, plan_decoding  # noqa: E402
-from pipeline.io.manifest import read_manifest  # noqa: E402
-from pipeline.model.nemo_file import read_model_facts  # noqa: E402
-from pipeline.decoding.recognize import transcript_of  # noqa: E402
+from pipeline.decoding import (  # noqa: E402
+    DecodingConfig,
+    plan_decoding,
+    transcript_of,  # noqa: E402
+)
+from pipeline.io import read_manifest  # noqa: E402
+from pipeline.model import (
+    load_model,  # noqa: E402
+    read_model_facts,  # noqa: E402
+)
+from pipeline.stages import (
+    LoadAudio,  # noqa: E402
+    TranscribeBatch,  # noqa: E402
+)
 
 SAMPLE_RATE = 16000
 WHOLE_MINUTES = 10  # the longest recording decoded whole with full attention
@@ -121,9 +130,9 @@ class Decoder:
                  chunked_read: bool = True) -> None:
         self.model_config = ModelConfig(uri=model_uri)
         self.plan = plan_decoding(read_model_facts(model_uri), DecodingConfig(strategy=strategy))
-        load = (lambda *_: loaded) if loaded is not None else asr_stage.load_model
-        self.audio = stages.LoadAudio(SAMPLE_RATE, long_audio=long_audio if chunked_read else LongAudioConfig(0))
-        self.asr = asr_stage.TranscribeBatch(self.model_config, self.plan, ResourcesConfig(), long_audio=long_audio,
+        load = (lambda *_: loaded) if loaded is not None else load_model
+        self.audio = LoadAudio(SAMPLE_RATE, long_audio=long_audio if chunked_read else LongAudioConfig(0))
+        self.asr = TranscribeBatch(self.model_config, self.plan, ResourcesConfig(), long_audio=long_audio,
                                           load=load)
 
     def __call__(self, manifest: Path) -> tuple[list, float]:
@@ -178,7 +187,7 @@ def peak_memory_mb(flac: Path, chunk_s: float, attention: str, model: str) -> fl
     manifest = flac.with_suffix(".json")
     manifest.write_text(json.dumps({"audio_filepath": str(flac), "duration": soundfile.info(flac).duration}) + "\n")
     table = pa.Table.from_pylist(list(read_manifest(str(manifest))), schema=schema.INPUT_SCHEMA)
-    audio = stages.LoadAudio(SAMPLE_RATE, long_audio=LongAudioConfig(chunk_s=chunk_s, attention=attention))(table)
+    audio = LoadAudio(SAMPLE_RATE, long_audio=LongAudioConfig(chunk_s=chunk_s, attention=attention))(table)
     feather.write_feather(audio, flac.with_suffix(".arrow"))
     run = subprocess.run([sys.executable, __file__, "--memory-run", str(flac.with_suffix(".arrow")), str(chunk_s),
                           attention, "--model", model], capture_output=True, text=True, timeout=3600)
@@ -192,7 +201,7 @@ def memory_run(table_path: str, chunk_s: float, attention: str, model: str) -> N
 
     long_audio = LongAudioConfig(chunk_s=chunk_s, attention=attention)
     plan = plan_decoding(read_model_facts(model), DecodingConfig())
-    stage = asr_stage.TranscribeBatch(ModelConfig(uri=model), plan, ResourcesConfig(), long_audio=long_audio)
+    stage = TranscribeBatch(ModelConfig(uri=model), plan, ResourcesConfig(), long_audio=long_audio)
     stage._ensure_loaded()  # loading NeMo peaks higher than decoding: the peak measured is the call's alone
     table = feather.read_table(table_path)
     peak, done = [0], threading.Event()
@@ -234,7 +243,7 @@ def main() -> None:
     references = [u["text"] for u in placed]
     print(f"recording: {minutes:.1f} min, {len(placed)} utterances ({folder})", flush=True)
 
-    model = asr_stage.load_model(ModelConfig(uri=args.model), "cpu")
+    model = load_model(ModelConfig(uri=args.model), "cpu")
     short = Decoder(args.model, args.strategy, LongAudioConfig(), loaded=model)
     (folder / "warm-up.json").write_text("".join((folder / "short.json").read_text().splitlines(True)[:16]))
     short(folder / "warm-up.json")  # torch's first calls: not part of any setting's time
@@ -260,7 +269,7 @@ def main() -> None:
     print(f"{'utterances one by one':<30} {short_wer:>7.2f} {'':>9} {'':>17} {'':>9} {audio_s / short_s:>7.1f}")
     for name, long_audio in settings:
         if long_audio.attention == "local":  # a fresh model: local attention changes the encoder in place
-            loaded = asr_stage.load_model(ModelConfig(uri=args.model), "cpu")
+            loaded = load_model(ModelConfig(uri=args.model), "cpu")
         else:
             loaded = model
         try:

@@ -64,7 +64,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def build_model(args, workdir: Path):
-    from pipeline.model.nemo import AsrModel, load_asr_model
+    from pipeline.model import AsrModel, load_asr_model
     from tests.support import random_nemo
 
     sentences = (random_nemo.SENTENCES * ((args.utterances + 11) // 12))[: args.utterances]
@@ -145,7 +145,7 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    from pipeline.decoding.recognize import GreedyRecognizer, pad_waveforms
+    from pipeline.decoding import GreedyRecognizer, pad_waveforms
 
     with tempfile.TemporaryDirectory() as tmp:
         model, waveforms, about = build_model(args, Path(tmp))

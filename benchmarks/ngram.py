@@ -34,10 +34,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from decoders.ngram.arpa import BOS_ID, EOS_ID, UNK_ID, id_to_token, write_arpa  # noqa: E402
-from decoders.ngram.lm import NgramLm  # noqa: E402
-from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias  # noqa: E402
-from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy  # noqa: E402
+from decoders.ngram import (  # noqa: E402
+    BOS_ID,
+    EOS_ID,
+    UNK_ID,
+    NgramLm,  # noqa: E402
+    id_to_token,
+    write_arpa,
+)
+from decoders.transducer import GreedyConfig, LabelLoopingGreedy, TinyTransducer, calibrate_blank_bias  # noqa: E402  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:

@@ -38,9 +38,15 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipeline import schema  # noqa: E402
-from pipeline.stages import asr as asr_stage, rows as stages, write as write_stage
-from pipeline.stages.bucketing import padded_seconds, padding_efficiency, plan_batches  # noqa: E402
 from pipeline.config import BUNDLED_MODEL, ModelConfig, ResourcesConfig, TranscribeJobConfig  # noqa: E402
+from pipeline.stages import (  # noqa: E402
+    FinishAndWrite,  # noqa: E402
+    LoadAudio,  # noqa: E402
+    TranscribeBatch,  # noqa: E402
+    padded_seconds,
+    padding_efficiency,
+    plan_batches,
+)
 
 
 def parse_args() -> argparse.Namespace:
@@ -126,16 +132,16 @@ def bare_loop(config: TranscribeJobConfig, manifest: str) -> tuple[float, float]
     """The stages in this process over windows of rows, as a hand-written loop would run them."""
     import pyarrow as pa
 
-    from pipeline.decoding.plan import plan_decoding
-    from pipeline.io.manifest import read_manifest
-    from pipeline.model.nemo_file import read_model_facts
+    from pipeline.decoding import plan_decoding
+    from pipeline.io import read_manifest
+    from pipeline.model import read_model_facts
 
     started = time.perf_counter()
     facts = read_model_facts(config.model.uri)
     plan = plan_decoding(facts, config.decoding, "cpu")
-    load_audio = stages.LoadAudio(facts.sample_rate)
-    transcribe = asr_stage.TranscribeBatch(config.model, plan, config.resources)
-    finish = write_stage.FinishAndWrite(config.model, plan, config.output, "bench")
+    load_audio = LoadAudio(facts.sample_rate)
+    transcribe = TranscribeBatch(config.model, plan, config.resources)
+    finish = FinishAndWrite(config.model, plan, config.output, "bench")
     rows = list(read_manifest(manifest))
     audio_s = 0.0
     window = config.resources.window_rows
@@ -202,7 +208,8 @@ def main() -> None:
                                           resources=resources if name == "ray" else alike)
                 wall, ray_audio_s, first = ray_job(job, args.cpus)
                 runs[name].append((wall, first))
-        median = {name: tuple(float(np.median([r[i] for r in values])) for i in (0, 1)) for name, values in runs.items()}
+        median = {name: tuple(float(np.median([r[i] for r in values])) for i in (0, 1))
+                  for name, values in runs.items()}
         bare_s, (ray_s, first_part_s), (alike_s, alike_first_part_s) = median["bare"][0], median["ray"], median["alike"]
     name = Path(model_uri).name
     print(f"\n## Throughput: {args.utterances} utterances ({bare_audio_s / 60:.1f} min of audio), model {name}, "

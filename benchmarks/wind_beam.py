@@ -47,14 +47,21 @@ sys.path.insert(0, str(REPOSITORY))
 
 from benchmarks._timing import interleaved_ms, machine  # noqa: E402
 from benchmarks.accuracy import read_set  # noqa: E402
-from decoders.ngram.lm import NgramLm  # noqa: E402
-from decoders.transducer.aes import AesBeamSearch, AesSkipBlankSearch  # noqa: E402
-from decoders.transducer.beam import AlsdBeamSearch, BeamSearchConfig  # noqa: E402
-from decoders.transducer.wind_beam import WindBeamSearch  # noqa: E402
-from jobs.build_lm import build_lm  # noqa: E402
+from decoders.ngram import NgramLm  # noqa: E402
+from decoders.transducer import (  # noqa: E402  # noqa: E402
+    AesBeamSearch,
+    AesSkipBlankSearch,
+    AlsdBeamSearch,
+    BeamSearchConfig,
+    WindBeamSearch,  # noqa: E402
+)
 from pipeline.config import BUNDLED_MODEL  # noqa: E402
-from pipeline.model.nemo import load_asr_model  # noqa: E402
-from pipeline.lm.tuning import EncodedSet, score  # noqa: E402
+from pipeline.lm import (  # noqa: E402
+    EncodedSet,
+    build_lm,  # noqa: E402
+    score,
+)
+from pipeline.model import load_asr_model  # noqa: E402
 
 # name -> (search, settings beyond the beam, window and LM weight)
 SEARCHES = {

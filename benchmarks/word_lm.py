@@ -47,7 +47,7 @@ import torch  # noqa: E402
 from benchmarks._timing import machine  # noqa: E402
 from pipeline import schema  # noqa: E402
 from pipeline.config import BUNDLED_MODEL  # noqa: E402
-from pipeline.decoding.plan import DecodingConfig  # noqa: E402
+from pipeline.decoding import DecodingConfig  # noqa: E402
 
 HELD_OUT_EVERY = 10
 TOKEN_ORDER = 6
@@ -55,7 +55,7 @@ TOKEN_ORDER = 6
 
 def build_word_arpa(text: Path, arpa: Path, order: int, work: Path) -> str:
     """A word-level ARPA from text, as its owner would have made it: lmplz if on PATH, else varikn; -> tool."""
-    from jobs.build_lm import find_lmplz, train_lmplz, train_varikn
+    from pipeline.lm import find_lmplz, train_lmplz, train_varikn
 
     tokens = work / "words.txt"
     shutil.copyfile(text, tokens)
@@ -78,15 +78,21 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     strategies = tuple(args.strategies or (("greedy",) if args.quick else ("greedy", "alsd")))
 
-    from decoders.ngram.arpa import UNK_ID
-    from decoders.ngram.lm import NgramLm
-    from decoders.ngram.word_lm import read_word_arpa
-    from jobs.build_lm import build_lm, heldout_perplexity
-    from pipeline.io.audio import load_audio
-    from pipeline.io.manifest import read_manifest
-    from pipeline.model.nemo import load_asr_model
-    from pipeline.lm.tuning import TrialCache, encode_set, score, transcribe_set, tune
-    from pipeline.lm.word_arpa import convert_word_arpa, model_speller, sentences_to_draw
+    from decoders.ngram import UNK_ID, NgramLm, read_word_arpa
+    from pipeline.io import load_audio, read_manifest
+    from pipeline.lm import (
+        TrialCache,
+        build_lm,
+        convert_word_arpa,
+        encode_set,
+        heldout_perplexity,
+        model_speller,
+        score,
+        sentences_to_draw,
+        transcribe_set,
+        tune,
+    )
+    from pipeline.model import load_asr_model
 
     domain = REPOSITORY / "samples" / "domain"
     work = Path(tempfile.mkdtemp(prefix="lswlm", dir="/tmp"))

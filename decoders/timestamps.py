@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-WORD_START = "\u2581"  # SentencePiece's "▁"
+from decoders.pieces import WORD_START
 
 SpanKind = Literal["rnnt", "tdt", "ctc"]
 

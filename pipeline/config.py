@@ -16,8 +16,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline.decoding.plan import DecodingConfig
-from pipeline.decoding.plan import results_identity as decoding_identity
+from pipeline.decoding import DecodingConfig
+from pipeline.decoding import results_identity as decoding_identity
+from pipeline.io import DEFAULT_CACHE_DIR
 from pipeline.io.redact import redact_values
 from pipeline.settings import check_settings, section, sections, setting
 
@@ -25,7 +26,6 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 BUNDLED_MODEL = REPOSITORY / "models" / "demo_hybrid_rnnt_ctc.nemo"
 BUNDLED_TDT_MODEL = REPOSITORY / "models" / "demo_hybrid_tdt_ctc.nemo"  # the same model fine-tuned as TDT + CTC
 BUNDLED_MANIFEST = REPOSITORY / "samples" / "manifest.json"
-DEFAULT_CACHE_DIR = str(Path.home() / ".cache" / "loopscribe")
 
 
 @dataclass(frozen=True)
@@ -90,11 +90,6 @@ class ResourcesConfig:
 
     def __post_init__(self) -> None:
         check_settings(self, "resources")
-
-    def asr_cpus(self, device: str) -> float:
-        """CPUs reserved per ASR actor: a whole one beside a GPU; half of one where the actor itself is on a CPU
-        (its torch threads use what the machine has)."""
-        return self.asr_actor_cpus or (1.0 if device == "cuda" else 0.5)
 
 
 @dataclass(frozen=True)

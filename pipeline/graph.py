@@ -22,28 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import schema
-from pipeline.io import sink
-from pipeline.model import actor as actor_models
-from pipeline.stages import asr as asr_stage, rows as stages, write as write_stage
-from pipeline.stages.chunks import check_attention
 from pipeline.config import TranscribeJobConfig
-from pipeline.decoding.plan import DecodingError, DecodingPlan, plan_decoding
-from pipeline.io.fetch import fetch_file, file_sha256
-from pipeline.io.manifest import sniff_manifest
-from pipeline.model.nemo_file import ModelFacts, read_model_facts
+from pipeline.decoding import DecodingPlan
+from pipeline.io import expand_manifest_uris, file_sha256, sink, sniff_manifest
 from pipeline.io.redact import redact, redact_values
-from pipeline.io.uris import expand_manifest_uris
+from pipeline.model import ModelFacts, ModelLoadError, fetch_model, read_model_facts
+from pipeline.preflight import plan_job
+from pipeline.stages import FinishAndWrite, LoadAudio, ReadManifests, TranscribeBatch, summarize
 
 log = logging.getLogger(__name__)
 
-# Manifest reading is I/O and asks for no CPU: a task that needs even 0.1 CPU can wait forever behind the job's own
-# actors. When a host dies, Ray reruns the read tasks it lost on the hosts left, where the job's actors (restarted
-# there) may hold every CPU; a read that needs none still runs. READ_TASKS bounds how many read at once instead.
-READ_CPUS = 0.0
-READ_TASKS = 4
-AUDIO_ACTOR_CPUS = 0.25  # fetch + decode + resample: mostly I/O and libsndfile/soxr
-FINISH_ACTOR_CPUS = 0.25  # detokenization and writes (CTC beam search takes more: see build_transcription)
-AUDIO_BATCH_ROWS = 16
 SNIFF_THREADS = 16  # manifests looked at once before the job starts (object stores: one request each)
 SHOWN_EXAMPLES = 5  # problems, ids and rows the job names of each kind of finding
 
@@ -67,7 +55,7 @@ def check_output(config: TranscribeJobConfig) -> None:
 def model_identity(config: TranscribeJobConfig) -> tuple[Path, str]:
     """The model file on this node and the id written in the `model` column: name and sha256 prefix."""
     try:
-        path = fetch_file(config.model.uri, sha256=config.model.sha256, cache_dir=f"{config.model.cache_dir}/models")
+        path = fetch_model(config.model)
     except Exception as error:  # fsspec backends raise their own types (botocore, gcsfs, aiohttp ...)
         raise JobError(redact(f"cannot fetch the model {config.model.uri}: {type(error).__name__}: {error}")) \
             from None
@@ -76,11 +64,12 @@ def model_identity(config: TranscribeJobConfig) -> tuple[Path, str]:
 
 
 def plan_job_decoding(facts: ModelFacts, config: TranscribeJobConfig, device: str) -> DecodingPlan:
-    """The job's decoding plan, from the facts of the model's `.nemo` config, made before any actor starts: a
-    strategy the model cannot run is refused here, as a `JobError`."""
+    """The job's decoding plan, from the facts of the model's `.nemo` config, made before any actor starts
+    (`pipeline/preflight.py::plan_job`, as the jobs plan with a local model before Ray starts): a strategy or a
+    long-audio attention the model cannot run is refused here, as a `JobError`."""
     try:
-        return plan_decoding(facts, config.decoding, device, model_name=config.model.uri)
-    except DecodingError as error:
+        return plan_job(facts, config, device)
+    except ValueError as error:  # a DecodingError is one
         raise JobError(str(error)) from None
 
 
@@ -135,7 +124,7 @@ def resolve_device(config: TranscribeJobConfig) -> str:
 
 
 def read_rows(config: TranscribeJobConfig, manifest_uris: list[str], spare_cpus: float):
-    """The manifests' rows not yet committed, as a dataset of blocks of `AUDIO_BATCH_ROWS` rows where it can.
+    """The manifests' rows not yet committed, as a dataset of blocks of `LoadAudio.BATCH_ROWS` rows where it can.
 
     Ray Data merges everything a task yields into blocks of up to 128 MiB, so a manifest of a million rows
     would arrive as a few huge blocks: one audio actor would fetch all of its files while the others wait, and
@@ -151,60 +140,58 @@ def read_rows(config: TranscribeJobConfig, manifest_uris: list[str], spare_cpus:
 
     dataset = ray.data.from_items([{schema.MANIFEST: uri} for uri in manifest_uris])
     dataset = dataset.map_batches(
-        stages.ReadManifests(sink.committed_ids(config.output, ok_only=config.retry_errors),
-                              chunk_rows=AUDIO_BATCH_ROWS),
-        batch_size=1, batch_format="pyarrow", num_cpus=READ_CPUS,
-        compute=TaskPoolStrategy(size=max(1, min(READ_TASKS, len(manifest_uris)))))
+        ReadManifests(sink.committed_ids(config.output, ok_only=config.retry_errors), chunk_rows=LoadAudio.BATCH_ROWS),
+        batch_size=1, batch_format="pyarrow", num_cpus=ReadManifests.CPUS,
+        compute=TaskPoolStrategy(size=max(1, min(ReadManifests.MAX_TASKS, len(manifest_uris)))))
     nodes = sum(1 for node in ray.nodes() if node["Alive"])
     if spare_cpus >= max(1, nodes):
-        return dataset.repartition(target_num_rows_per_block=AUDIO_BATCH_ROWS)
+        return dataset.repartition(target_num_rows_per_block=LoadAudio.BATCH_ROWS)
     # a warning on a cluster, where it costs parallelism; on one small machine (the quickstart) only a note
     level = logging.WARNING if nodes > 1 else logging.INFO
     log.log(level, "%.2f CPUs spare beyond the actors' reservations: manifest rows are not split into blocks of "
             "%d, so each manifest's audio is fetched by one actor and parts commit in bursts",
-            max(spare_cpus, 0.0), AUDIO_BATCH_ROWS)
+            max(spare_cpus, 0.0), LoadAudio.BATCH_ROWS)
     return dataset
 
 
 def build_transcription(config: TranscribeJobConfig, plan: DecodingPlan, manifest_uris: list[str],
                         sample_rate: int, model_id: str):
-    """The Ray Data plan of one job (lazy): a dataset of one summary row per committed part."""
+    """The Ray Data plan of one job (lazy): a dataset of one summary row per committed part. What each stage's
+    workers reserve is the stage class's to say; how many of them run, the job's `resources`."""
     import ray
     from ray.data import ActorPoolStrategy
 
     resources = config.resources
-    asr_cpus = resources.asr_cpus(plan.device)
-    # a writer search (CTC beam) is real CPU work: a whole CPU per writer on a GPU cluster; on a CPU-only machine
-    # the ASR actors share the same few cores, and a whole CPU more would leave none for the manifest reader
-    finish_cpus = 1.0 if plan.writer_searches and plan.device == "cuda" else FINISH_ACTOR_CPUS
-    reserved_cpus = (READ_CPUS + asr_cpus * resources.asr_actors + AUDIO_ACTOR_CPUS * resources.audio_actors
+    asr_cpus = TranscribeBatch.cpus(resources, plan.device)
+    finish_cpus = FinishAndWrite.cpus(plan)
+    reserved_cpus = (ReadManifests.CPUS + asr_cpus * resources.asr_actors + LoadAudio.CPUS * resources.audio_actors
                      + finish_cpus * resources.writer_actors)
     dataset = read_rows(config, manifest_uris, ray.cluster_resources().get("CPU", 0.0) - reserved_cpus)
     dataset = dataset.map_batches(
-        stages.LoadAudio, fn_constructor_kwargs={"sample_rate": sample_rate, "limits": config.input,
-                               "long_audio": config.long_audio, "nice_steps": resources.side_stage_nice},
-        batch_format="pyarrow", batch_size=AUDIO_BATCH_ROWS, compute=ActorPoolStrategy(size=resources.audio_actors),
-        num_cpus=AUDIO_ACTOR_CPUS)
+        LoadAudio, fn_constructor_kwargs={"sample_rate": sample_rate, "limits": config.input,
+                                          "long_audio": config.long_audio, "nice_steps": resources.side_stage_nice},
+        batch_format="pyarrow", batch_size=LoadAudio.BATCH_ROWS, compute=ActorPoolStrategy(size=resources.audio_actors),
+        num_cpus=LoadAudio.CPUS)
     dataset = dataset.map_batches(
-        asr_stage.TranscribeBatch,
+        TranscribeBatch,
         fn_constructor_kwargs={"model": config.model, "plan": plan, "resources": resources,
                                "long_audio": config.long_audio, "limits": config.input},
         batch_format="pyarrow", batch_size=resources.window_rows,
         compute=ActorPoolStrategy(size=resources.asr_actors), num_cpus=asr_cpus,
-        num_gpus=1 if plan.device == "cuda" else 0)
+        num_gpus=TranscribeBatch.gpus(plan.device))
     return dataset.map_batches(
-        write_stage.FinishAndWrite,
+        FinishAndWrite,
         fn_constructor_kwargs={"model": config.model, "plan": plan, "output": config.output, "model_id": model_id,
                                "nice_steps": resources.side_stage_nice},
         batch_format="pyarrow", batch_size=resources.part_rows,
         compute=ActorPoolStrategy(size=resources.writer_actors), num_cpus=finish_cpus)
 
 
-def _stage_error(error: BaseException) -> str | None:
+def stage_error(error: BaseException) -> str | None:
     """The message of a `ModelLoadError` or `sink.PartWriteError` a stage raised (what the user must fix: the
     model, or the output's storage), found in the chain of exceptions Ray wraps it in (Ray keeps an actor's
     traceback only as text: the marker line is read from it there)."""
-    kinds = (actor_models.ModelLoadError, sink.PartWriteError)
+    kinds = (ModelLoadError, sink.PartWriteError)
     markers = [f"{kind.__module__}.{kind.__qualname__}: " for kind in kinds]
     seen = set()
     while error is not None and id(error) not in seen:
@@ -268,7 +255,7 @@ def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str,
                       manifest_uris: list[str] | None = None) -> dict[str, Any]:
     """Run one job on the connected Ray cluster; returns the summary also written as `_summary.json`.
 
-    `progress` is called with the running totals of this run (`stages.summarize`) after each committed part.
+    `progress` is called with the running totals of this run (`summarize`) after each committed part.
     """
     started = time.time()
     check_output(config)
@@ -277,10 +264,6 @@ def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str,
     device = resolve_device(config)
     facts = read_model_facts(model_path)
     plan = plan_job_decoding(facts, config, device)
-    try:
-        check_attention(config.long_audio.attention, facts.encoder_attention, redact(config.model.uri))
-    except ValueError as error:
-        raise JobError(str(error)) from None
     sink.write_json(config.output, sink.CONFIG_FILE, {
         "config": config.to_dict(), "identity": config.results_identity(), "row_identity": schema.ROW_IDENTITY,
         "model_id": redact(model_id), "device": device, "manifests": [redact(uri) for uri in manifest_uris]})
@@ -291,15 +274,15 @@ def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str,
         for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
             for part in batch.to_pylist():
                 parts.append(part)
-                progress(stages.summarize(parts, started))
+                progress(summarize(parts, started))
     except Exception as error:  # Ray wraps what an actor raised; a model or an output it cannot use is the user's
-        cause = _stage_error(error)
+        cause = stage_error(error)
         if cause is None:
             raise
         raise JobError(redact(f"{cause} (rows committed before it stay committed; once it is fixed, the same "
                               "command finishes the rest)")) from None
     deduplicated = sink.deduplicate(config.output)
-    summary = stages.summarize(parts, started)
+    summary = summarize(parts, started)
     summary = {**output_totals(config.output, config.input.duration_tolerance_s), "this_run": summary,
                "duplicates_removed": deduplicated.duplicates, "error_rows_replaced": deduplicated.errors_replaced,
                "model_id": model_id, "decoding": plan.description, "device": device}

@@ -52,6 +52,17 @@ def setting(default: Any = dataclasses.MISSING, help: str | Callable[[], str] = 
     return field(default=default, default_factory=default_factory, metadata={SETTING: Setting(help, **declared)})
 
 
+def shared(config_class: type, key: str, **changes: Any) -> Any:
+    """A field declared as the setting at dotted `key` of `config_class` is (its default, help, flag and bounds), with
+    `changes` (`default=` among them): for a job whose config holds a setting of another job's, declared once."""
+    for dotted, f, declaration, hint in declared(config_class):
+        if dotted == key:
+            default = changes.pop("default", _default_of(f))
+            changes.setdefault("choices", _choices(declaration, hint))  # a Literal's values, whatever it is annotated
+            return field(default=default, metadata={SETTING: dataclasses.replace(declaration, **changes)})
+    raise KeyError(f"{config_class.__name__} has no setting {key}")
+
+
 def section(title: str, section_class: type) -> Any:
     """A dataclass field holding a section of settings (`section_class`), titled `title` in --help."""
     return field(default_factory=section_class, metadata={SECTION: title})
@@ -170,7 +181,6 @@ def add_flags(parser: argparse.ArgumentParser, config_class: type, keys: Iterabl
     unless `dests` names another."""
     wanted = None if keys is None else set(keys)
     titles = sections(config_class)
-    defaults = config_class()
     groups: dict[str, Any] = {}
     for key, f, declaration, hint in declared(config_class):
         if wanted is not None and key not in wanted:
@@ -179,13 +189,7 @@ def add_flags(parser: argparse.ArgumentParser, config_class: type, keys: Iterabl
         if wanted is None and title and title not in groups:
             groups[title] = parser.add_argument_group(title)
         target = groups.get(title, parser)
-        _add_flag(target, key, f, declaration, hint, _value_at(defaults, key), (dests or {}).get(key, key))
-
-
-def _value_at(instance: Any, key: str) -> Any:
-    for part in key.split("."):
-        instance = getattr(instance, part, None) if instance is not None else None
-    return instance
+        _add_flag(target, key, f, declaration, hint, _default_of(f), (dests or {}).get(key, key))
 
 
 def _add_flag(target: Any, key: str, f: dataclasses.Field, declaration: Setting, hint: Any, default: Any,
@@ -198,12 +202,18 @@ def _add_flag(target: Any, key: str, f: dataclasses.Field, declaration: Setting,
         target.add_argument(*names, dest=dest, action=action, default=None, help=help_text)
     else:
         shown = declaration.default_help if declaration.default_help is not None else \
-            (f"{default:g}" if isinstance(default, float) else default)
+            f"{default:g}" if isinstance(default, float) else \
+            " ".join(map(str, default)) if isinstance(default, tuple) else default
         if shown is not None and shown != "":
             help_text = f"{help_text} (default: {shown})"
         options: dict[str, Any] = {"dest": dest, "default": None, "help": help_text}
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            options["required"] = True
         if typing.get_origin(base) is tuple:
             options["nargs"] = "+"
+            item = typing.get_args(base)[0]
+            if item in (int, float):
+                options["type"] = item
         elif declaration.parse is not None:
             options["type"] = declaration.parse
         elif base in (int, float):
@@ -217,6 +227,19 @@ def _add_flag(target: Any, key: str, f: dataclasses.Field, declaration: Setting,
     for old in declaration.hidden_aliases:
         target.add_argument(old, dest=dest, default=None, help=argparse.SUPPRESS,
                             **({"type": base} if base in (int, float) else {}))
+
+
+def from_args(config_class: type, args: argparse.Namespace) -> Any:
+    """`config_class` from the flags `add_flags` declared: the flags given, the defaults for the rest."""
+    return _build(config_class, overrides_from_args(args, config_class))
+
+
+def _build(config_class: type, values: dict[str, Any]) -> Any:
+    titled = sections(config_class)
+    given = {name: (_build(titled[name][1], value) if name in titled else
+                    tuple(value) if isinstance(value, list) else value)
+             for name, value in values.items() if value is not None}
+    return config_class(**given)
 
 
 def overrides_from_args(args: argparse.Namespace, config_class: type,

@@ -1,8 +1,12 @@
-"""Shared test setup: marker skips, a quiet single-threaded torch, and small random NeMo models."""
+"""Shared test setup: marker skips, a quiet single-threaded torch, small random NeMo models, and the session's one
+local S3 server and one in-process Ray."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
+from pathlib import Path
 
 import pytest
 import soundfile
@@ -52,3 +56,41 @@ def nemo_assets(tmp_path_factory):
         checkpoints[kind] = root / f"{kind}.nemo"
         model.save_to(str(checkpoints[kind]))
     return {"files": files, "waveforms": waveforms, "checkpoints": checkpoints}
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A moto S3 server on 127.0.0.1 for the whole session, with the AWS variables set; yields its endpoint URL.
+
+    It starts no bucket: a test creates its own (`tests.support.s3_server.create_bucket`). Tests that need no Ray
+    may start a server of their own instead (`moto_s3`), which sets and restores the variables around itself."""
+    pytest.importorskip("moto")
+    from tests.support.s3_server import moto_s3
+
+    with moto_s3() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(request):
+    """In-process Ray on 127.0.0.1, one for the whole session; yields its GCS address (for a driver started as a
+    subprocess).
+
+    Started after the session's S3 server (`s3`, where moto is installed): a Ray worker keeps the environment it
+    started with, so this is the one S3 server the workers can reach. Three logical CPUs on a 2-core machine: the
+    tests' jobs reserve at most 1.25 for their actors, which leaves the one whole CPU that splitting the manifest
+    rows into small blocks needs (`graph.read_rows`), as on any real cluster.
+    """
+    ray = pytest.importorskip("ray")
+    if _has_module("moto"):
+        request.getfixturevalue("s3")
+    temp_dir = Path("/tmp") / f"lsray{os.getpid()}"  # short: Ray's socket paths below it must fit in 107 bytes
+    ray.init(num_cpus=3, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=str(temp_dir),
+             logging_level="WARNING", log_to_driver=False)
+    from ray.data import DataContext
+
+    DataContext.get_current().execution_no_progress_timeout_s = 300  # a hang fails the test instead of waiting
+    DataContext.get_current().enable_progress_bars = False
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+    shutil.rmtree(temp_dir, ignore_errors=True)

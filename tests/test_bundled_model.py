@@ -106,7 +106,7 @@ def domain_dev(tmp_path_factory):
     import torch
 
     from decoders.ngram.lm import NgramLm
-    from jobs.build_lm import build_lm
+    from pipeline.lm.build import build_lm
     from pipeline.model.nemo import load_asr_model
     from pipeline.decoding.recognize import pad_waveforms
 

@@ -2,7 +2,8 @@
 boosted by its own set (NeMo's per-stream biasing, `GPUBiasingMultiModel`, holds many trees in one structure too).
 
 The layout (`union_tensors`) is the n-gram LM's (`decoders/ngram/tensors.py`), so `advance` is the n-gram LM's walk
-or Triton kernel unchanged; it holds the disjoint union of the sets' trees (`decoders.boosting.tree.build_boosting_tensors`):
+or Triton kernel unchanged; it holds the disjoint union of the sets' trees
+(`decoders.boosting.tree.build_boosting_tensors`):
 - state 0 is the root of no set: every label scores 0 and stays there (a row without phrases of its own);
 - set j's states follow at `bases[j]` (its state s at `bases[j] + s`), its root at `bases[j]` with one arc per
   label, as the n-gram LM's state 0 has: the set's own root arcs (a label that starts none of its phrases scores
@@ -35,7 +36,7 @@ import torch
 from torch import Tensor
 
 from decoders.boosting.tree import PhraseBoosting, ResolvedArcs
-from decoders.ngram.tensors import NgramTensors, advance_torch, runs_triton, walk_torch
+from decoders.ngram import NgramTensors, dispatch_advance, walk_torch
 
 NO_SET = -1  # `set_of_row` of a row without phrases of its own
 
@@ -168,14 +169,10 @@ class RowPhraseBoosting:
 
     def advance(self, states: Tensor) -> tuple[Tensor, Tensor]:
         """states [N] -> (scores [N, V] float32 rewards, next_states [N, V] long); see `PhraseBoosting.advance`."""
-        if states.dim() != 1:
-            raise ValueError(f"states must be [B], got {tuple(states.shape)}")
-        if self._triton_for(states):
-            from decoders.ngram.triton import advance_triton
+        return dispatch_advance(self.tensors, states, self.use_triton, self._advance_resolved)
 
-            return advance_triton(self.tensors, states)
-        if states.is_cuda:
-            return advance_torch(self.tensors, states)
+    def _advance_resolved(self, states: Tensor) -> tuple[Tensor, Tensor]:
+        """On the CPU: from each row's set root, overwritten by the sets' resolved arcs."""
         if self._resolved is None:
             self._resolved = union_resolved_arcs(self._trees, self._bases, self.num_states)
         sets = self.state_sets[states]
@@ -189,9 +186,6 @@ class RowPhraseBoosting:
     def score_labels(self, states: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
         """states [N], labels [N, M] -> (scores [N, M], next_states [N, M]) for just those labels."""
         return walk_torch(self.tensors, states, labels)
-
-    def _triton_for(self, states: Tensor) -> bool:
-        return runs_triton(states, self.use_triton)
 
 
 __all__ = ["NO_SET", "RowPhraseBoosting", "union_resolved_arcs", "union_tensors"]

@@ -49,8 +49,8 @@ import torch
 from numba import njit
 from torch import Tensor
 
-from decoders.ngram.tensors import EMPTY_STATE, NgramTensors, advance_torch, runs_triton, walk_torch
 from decoders.boosting.phrase_list import Phrase, PhraseListError, parse_phrase_lines, read_phrase_list
+from decoders.ngram import EMPTY_STATE, NgramTensors, dispatch_advance, walk_torch
 
 CONTEXT_SCORE = 1.0  # NeMo's BoostingTreeModelConfig.context_score
 DEPTH_SCALING = 2.0  # NeMo's depth_scaling for CTC, RNN-T and TDT
@@ -226,15 +226,8 @@ class PhraseBoosting:
         On a GPU: the n-gram LM's backoff walk (Triton, or its torch twin): fixed shapes, no host synchronization,
         so CUDA graphs can capture it. On the CPU: the resolved arcs (`ResolvedArcs`), one scatter instead of a
         walk as deep as the longest phrase."""
-        if states.dim() != 1:
-            raise ValueError(f"states must be [B], got {tuple(states.shape)}")
-        if self._triton_for(states):
-            from decoders.ngram.triton import advance_triton
-
-            return advance_triton(self.tensors, states)
-        if states.is_cuda:
-            return advance_torch(self.tensors, states)
-        return self.resolved_arcs().advance(self.tensors, states)
+        return dispatch_advance(self.tensors, states, self.use_triton,
+                                lambda cpu_states: self.resolved_arcs().advance(self.tensors, cpu_states))
 
     def resolved_arcs(self) -> ResolvedArcs:
         """The tree's failure chains flattened (`ResolvedArcs`): built on the first call, then kept."""
@@ -259,9 +252,6 @@ class PhraseBoosting:
             total += float(scores[0, 0])
             state = next_states[:, 0]
         return total + (float(self.final_scores(state)[0]) if final else 0.0)
-
-    def _triton_for(self, states: Tensor) -> bool:
-        return runs_triton(states, self.use_triton)
 
 
 @dataclass(frozen=True)

@@ -24,15 +24,16 @@ What differs is how it gets there, per utterance in compiled loops instead of [B
 - the utterances of a batch run in parallel threads: a thread pool of `cpu_threads` threads (None: torch's
   thread count, which Ray sets to an actor's `num_cpus`) each calls the kernel, which releases the GIL, on
   its share of the utterances (longest first, dealt out in turn). A pool rather than `numba.prange`: a
-  `parallel=True` kernel took about 4x as long to compile (78 s against 21 s on the loaded 2-core machine).
+  `parallel=True` kernel took several times as long to compile (docs/benchmarks.md, "The compiled CPU CTC beam
+  search").
 
 Emissions are read as float32 (what the ASR stage hands on; other dtypes are converted, so there is one
 compiled kernel) and all sums are float64 (LM scores are float32 as stored, then widened): on emissions
 that float32 holds exactly, the scores are the float64 torch search's to about 1e-12 (without an LM the torch
 search adds the insertion bonus to prefix scores as a float32 number, about 1e-8 off per label). Scores come
-back in the input's dtype. The first call of a process compiles the kernel (15-40 s on a loaded 2-core
-machine), or loads it from numba's cache in about a second (`cache=True`: `__pycache__` beside this file, else
-numba's user cache directory); `warm_up()` pays that at start-up.
+back in the input's dtype. The first call of a process compiles the kernel, or loads it from numba's cache
+(`cache=True`: `__pycache__` beside this file, else numba's user cache directory), which is much faster (both
+measured in docs/benchmarks.md); `warm_up()` pays that at start-up.
 
 The compiled kernel is `decoders/ctc/beam_kernel.py`; this module is its host side (arrays in, threads, results
 out).
@@ -50,12 +51,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from decoders.ctc.greedy import check_ctc_inputs
 from decoders.ctc.beam import CtcBeamConfig
 from decoders.ctc.beam_kernel import COLLAPSE_NONE, COLLAPSE_THRESHOLD, COLLAPSE_WEAK, search_batch
+from decoders.ctc.greedy import check_ctc_inputs
 from decoders.fusion import check_lm_vocab_size, lm_for_fusion
 from decoders.hypotheses import BatchedHypotheses
-from decoders.ngram.tensors import NgramTensors
+from decoders.ngram import NgramTensors
 from decoders.protocols import LanguageModel
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit
 
 from decoders.ctc.beam import HASH_MULTIPLIER
-from decoders.ngram.compiled import fill_row
+from decoders.ngram import fill_row
 
 COLLAPSE_NONE, COLLAPSE_WEAK, COLLAPSE_THRESHOLD = 0, 1, 2
 # a candidate bound within this of the K-th best is still scored: bounds and scores add the same terms in

@@ -5,9 +5,9 @@ For each state, its row of V scores and next states is built as the back-off for
 label starts from the empty context's arc plus the back-off weights of the whole chain, then the arcs of each
 state on the chain overwrite their labels, least specific first, each plus the back-offs passed before that
 state. That is V + (the arcs on the chain) writes per state, in one pass, against the torch version's dozen
-tensor ops with host synchronisation per call (which is what held it at 20-40x a KenLM per-label loop instead
-of 50x; `benchmarks/ngram.py`). `fill_row` is shared with the compiled CTC beam search, which builds the
-same rows for the prefixes it scores densely.
+tensor ops with host synchronisation per call (which is what held it below the goal of 50x a KenLM per-label
+loop: measured in docs/benchmarks.md, "N-gram LM"). `fill_row` is shared with the compiled CTC beam search,
+which builds the same rows for the prefixes it scores densely.
 
 The arrays are numpy views of the LM's tensors (`LmArrays.of`, no copies for an LM read or memory-mapped on
 the CPU); the outputs are torch tensors whose memory the kernel writes. The first call of a process compiles

@@ -19,7 +19,7 @@ from torch import Tensor
 from decoders.ngram.arpa import ArpaFormatError, read_arpa
 from decoders.ngram.binary import load_tensors, save_tensors
 from decoders.ngram.compile import tensors_from_arpa
-from decoders.ngram.tensors import BOS_STATE, EMPTY_STATE, NgramTensors, advance_torch, runs_triton, walk_torch
+from decoders.ngram.tensors import BOS_STATE, EMPTY_STATE, NgramTensors, dispatch_advance, walk_torch
 
 
 class NgramLm:
@@ -74,19 +74,15 @@ class NgramLm:
 
     def advance(self, states: Tensor) -> tuple[Tensor, Tensor]:
         """states [B] -> (scores [B, V] natural-log float32, next_states [B, V] long)."""
-        if states.dim() != 1:
-            raise ValueError(f"states must be [B], got {tuple(states.shape)}")
-        if self._triton_for(states):
-            from decoders.ngram.triton import advance_triton
+        return dispatch_advance(self.tensors, states, self.use_triton, self._advance_compiled)
 
-            return advance_triton(self.tensors, states)
-        if not states.is_cuda:  # compiled (`compiled.py`): the same scores as `advance_torch`, several times faster
-            from decoders.ngram.compiled import LmArrays, advance_compiled
+    def _advance_compiled(self, states: Tensor) -> tuple[Tensor, Tensor]:
+        """On the CPU: compiled (`compiled.py`): the same scores as `advance_torch`, several times faster."""
+        from decoders.ngram.compiled import LmArrays, advance_compiled
 
-            if self._arrays is None:
-                self._arrays = LmArrays.of(self.tensors)
-            return advance_compiled(self._arrays, states)
-        return advance_torch(self.tensors, states)
+        if self._arrays is None:
+            self._arrays = LmArrays.of(self.tensors)
+        return advance_compiled(self._arrays, states)
 
     def final_scores(self, states: Tensor) -> Tensor:
         """states [B] -> [B] log p(</s> | state)."""
@@ -123,9 +119,6 @@ class NgramLm:
         if eos:
             total += self.final_scores(states).double()
         return total
-
-    def _triton_for(self, states: Tensor) -> bool:
-        return runs_triton(states, self.use_triton)
 
 
 __all__ = ["NgramLm"]

@@ -22,6 +22,7 @@ state, L chain levels (at most N - 1).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import torch
@@ -125,6 +126,23 @@ def advance_torch(lm: NgramTensors, states: Tensor) -> tuple[Tensor, Tensor]:
     return scatter_arcs_torch(lm, states)
 
 
+def dispatch_advance(lm: NgramTensors, states: Tensor, use_triton: bool | None,
+                     advance_cpu: Callable[[Tensor], tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+    """The `advance` of a model over `lm` (the n-gram LM, a boosting tree): states [B] -> (scores [B, V],
+    next_states [B, V]) by the Triton kernel where `runs_triton` says, by its torch twin for other CUDA tensors
+    (fixed shapes, no host synchronization, so CUDA graphs can capture either), else by `advance_cpu(states)`, the
+    model's own CPU path."""
+    if states.dim() != 1:
+        raise ValueError(f"states must be [B], got {tuple(states.shape)}")
+    if runs_triton(states, use_triton):
+        from decoders.ngram.triton import advance_triton
+
+        return advance_triton(lm, states)
+    if states.is_cuda:
+        return advance_torch(lm, states)
+    return advance_cpu(states)
+
+
 def scatter_arcs_torch(lm: NgramTensors, states: Tensor) -> tuple[Tensor, Tensor]:
     """states [B] -> (scores [B, V], next_states [B, V]): start from the empty context's arcs plus every backoff
     weight of the chain, then write the arcs of the states on the chain, where for each label the most
@@ -165,5 +183,5 @@ def scatter_arcs_torch(lm: NgramTensors, states: Tensor) -> tuple[Tensor, Tensor
     return scores, next_states
 
 
-__all__ = ["BOS_STATE", "EMPTY_STATE", "NgramTensors", "advance_torch", "runs_triton", "scatter_arcs_torch",
-           "walk_torch"]
+__all__ = ["BOS_STATE", "EMPTY_STATE", "NgramTensors", "advance_torch", "dispatch_advance", "runs_triton",
+           "scatter_arcs_torch", "walk_torch"]

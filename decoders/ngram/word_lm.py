@@ -7,7 +7,7 @@ Two conversions are here; `benchmarks/word_lm.py` measured them and `--lm` draws
 - `sample_word_sentences` ("sample", what `--lm` does): sentences drawn from the word LM exactly as its back-off
   formula defines the distribution (after context h a listed word with its probability; with the rest of the
   mass, a word of the shorter context's distribution that h does not list); the caller tokenizes them and
-  estimates a token LM with the builder of `jobs/build_lm.py`, whose smoothing spreads mass over token
+  estimates a token LM with the builder of `pipeline/lm/build.py`, whose smoothing spreads mass over token
   sequences as a token LM of text would.
 - `spell_word_lm` ("spell", the candidate it was measured against): every word n-gram spelled out in tokens,
   renormalised per token history. Each word history `H` that is a context of the word LM is weighted by its

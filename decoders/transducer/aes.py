@@ -16,10 +16,10 @@ import torch
 from torch import Tensor
 
 from decoders.hypotheses import NO_LABEL, BeamTree, extend_hashes
-from decoders.transducer.beam_base import NEG_INF, Run, _BeamState, _top, _TransducerBeamSearch
+from decoders.transducer.beam_base import NEG_INF, BeamState, Run, TransducerBeamSearch, top_k
 
 
-class AesBeamSearch(_TransducerBeamSearch):
+class AesBeamSearch(TransducerBeamSearch):
     """Modified adaptive expansion search, batched (AES++): frame-synchronous, prefix search, a bounded
     number of label expansions per frame, pruning by value. RNN-T as NeMo's `maes_batch`; TDT (which NeMo
     only has per utterance) as described below.
@@ -38,7 +38,7 @@ class AesBeamSearch(_TransducerBeamSearch):
 
     joint_from_window = False  # WIND beam search has the joint's output on the frame before `frame` runs
 
-    def _pieces(self, state: _BeamState, eager: bool) -> dict[str, Callable[[], None]]:
+    def _pieces(self, state: BeamState, eager: bool) -> dict[str, Callable[[], None]]:
         return {
             "start": lambda: self._start(state),
             "frame": lambda: self._frame(state),
@@ -47,7 +47,7 @@ class AesBeamSearch(_TransducerBeamSearch):
             "next_frame": lambda: self._next_frame(state),
         }
 
-    def _search(self, state: _BeamState, run: Run) -> None:
+    def _search(self, state: BeamState, run: Run) -> None:
         steps = self.config.expansion_steps
         run("start")
         columns = 0
@@ -67,23 +67,23 @@ class AesBeamSearch(_TransducerBeamSearch):
     def _max_columns(self, max_time: int) -> int:
         return max_time * (self.config.expansion_steps + 1) + 1  # per frame: the rounds and a blank
 
-    def _skip_blank_frames(self, state: _BeamState, run: Run) -> None:
+    def _skip_blank_frames(self, state: BeamState, run: Run) -> None:
         """WIND beam search moves utterances over frames on which search would only add blank."""
 
-    def _start(self, state: _BeamState) -> None:
+    def _start(self, state: BeamState) -> None:
         state.reset_()
         state.frame.zero_()
         torch.less(state.frame, state.encoder_lengths, out=state.decoding)
 
-    def _next_frame(self, state: _BeamState) -> None:
+    def _next_frame(self, state: BeamState) -> None:
         state.frame.add_(state.decoding)
         torch.less(state.frame, state.encoder_lengths, out=state.decoding)
 
-    def _frame_hypotheses(self, state: _BeamState) -> Tensor:
+    def _frame_hypotheses(self, state: BeamState) -> Tensor:
         """[B, K]: each utterance's current frame, for every hypothesis."""
         return state.frame.unsqueeze(1).expand(state.batch_size, state.beam_size)
 
-    def _frame(self, state: _BeamState) -> None:
+    def _frame(self, state: BeamState) -> None:
         """The start of a frame for the utterances in `decoding`: the hypotheses on it (RNN-T: all of an
         utterance's; TDT: not those that jumped further), the joint's output there, prefix search."""
         tree = state.tree
@@ -106,15 +106,15 @@ class AesBeamSearch(_TransducerBeamSearch):
         count = config.beam_size + config.expansion_beta
         ranking = log_probs if config.pruning == "early" else fused
         if duration_log_probs is None:
-            ranked, labels = _top(ranking, count)
+            ranked, labels = top_k(ranking, count)
             return ranked, fused.gather(-1, labels), labels, None
         num_durations = duration_log_probs.shape[-1]
         pairs = (ranking.unsqueeze(-1) + duration_log_probs.unsqueeze(-2)).flatten(-2)  # [B, K, V*N]
-        ranked, indices = _top(pairs, count)
+        ranked, indices = top_k(pairs, count)
         values = (fused.unsqueeze(-1) + duration_log_probs.unsqueeze(-2)).flatten(-2).gather(-1, indices)
         return ranked, values, torch.div(indices, num_durations, rounding_mode="floor"), indices % num_durations
 
-    def _expand(self, state: _BeamState, eager: bool) -> None:
+    def _expand(self, state: BeamState, eager: bool) -> None:
         """One round of expansions of the hypotheses in `updating` (the others are carried over), then which
         of them may expand again on this frame, and the joint's output for every hypothesis there."""
         tree, model, config = state.tree, self.model, self.config
@@ -152,7 +152,7 @@ class AesBeamSearch(_TransducerBeamSearch):
             updating.copy_(is_label)  # extended by a label: may expand again on this frame
         state.logits.copy_(self._joint(state, frames, state.beam_view(state.prediction)))
 
-    def _forced_blank(self, state: _BeamState) -> None:
+    def _forced_blank(self, state: BeamState) -> None:
         """Out of expansions: blank ends the frame of the hypotheses in `updating` (TDT: with its best
         duration). A blank leaves the prediction network and LM states as they are."""
         tree = state.tree
@@ -229,18 +229,18 @@ class AesSkipBlankSearch(AesBeamSearch):
     supports_tdt = False
     joint_from_window = True
 
-    def _pieces(self, state: _BeamState, eager: bool) -> dict[str, Callable[[], None]]:
+    def _pieces(self, state: BeamState, eager: bool) -> dict[str, Callable[[], None]]:
         pieces = super()._pieces(state, eager)
         pieces["skip_first"] = lambda: self._skip(state, width=1, first=True, eager=eager)
         pieces["skip_window"] = lambda: self._skip(state, width=self.config.window_size, first=False, eager=eager)
         return pieces
 
-    def _skip_blank_frames(self, state: _BeamState, run: Run) -> None:
+    def _skip_blank_frames(self, state: BeamState, run: Run) -> None:
         run("skip_first")
         while bool(state.skipping.any()):
             run("skip_window")
 
-    def _skip(self, state: _BeamState, width: int, first: bool, eager: bool) -> None:
+    def _skip(self, state: BeamState, width: int, first: bool, eager: bool) -> None:
         """Move the utterances in `skipping` (on the first call: all with frames left) over the `width` frames
         from their current one, for as long as every hypothesis would only add blank there; an utterance that
         stops keeps the joint's output on its frame in `logits`, for the AES++ frame that follows."""
@@ -265,7 +265,7 @@ class AesSkipBlankSearch(AesBeamSearch):
             if beam_size > 1:
                 scores = self._through_prefixes(tree, fused[:, :, offset])
             # blank alone survives pruning: it ranks first and the runner-up is pruned (as AES computes it)
-            ranked, labels = _top(scores.unsqueeze(-1) + ranking[:, :, offset], min(2, candidates))
+            ranked, labels = top_k(scores.unsqueeze(-1) + ranking[:, :, offset], min(2, candidates))
             only_blank = labels[..., 0] == blank
             if candidates > 1:
                 only_blank &= ranked[..., 1] <= ranked[..., 0] - config.expansion_gamma

@@ -52,19 +52,19 @@ from torch import Tensor
 
 from decoders.hypotheses import NO_LABEL
 from decoders.transducer.aes import AesBeamSearch, AesSkipBlankSearch
-from decoders.transducer.beam_base import NEG_INF, BeamSearchConfig, Run, _BeamState, _top, _TransducerBeamSearch
+from decoders.transducer.beam_base import NEG_INF, BeamSearchConfig, BeamState, Run, TransducerBeamSearch, top_k
 from decoders.transducer.wind_beam import WindBeamSearch
 
 __all__ = ["AesBeamSearch", "AesSkipBlankSearch", "AlsdBeamSearch", "BeamSearchConfig", "WindBeamSearch"]
 
 
-class AlsdBeamSearch(_TransducerBeamSearch):
+class AlsdBeamSearch(TransducerBeamSearch):
     """Alignment-length synchronous beam search over a tree of hypotheses (ALSD++), RNN-T and TDT."""
 
-    def _pieces(self, state: _BeamState, eager: bool) -> dict[str, Callable[[], None]]:
+    def _pieces(self, state: BeamState, eager: bool) -> dict[str, Callable[[], None]]:
         return {"start": lambda: self._start(state), "step": lambda: self._step(state, eager)}
 
-    def _search(self, state: _BeamState, run: Run) -> None:
+    def _search(self, state: BeamState, run: Run) -> None:
         run("start")
         columns = 0
         while bool(state.active.any()):
@@ -77,11 +77,11 @@ class AlsdBeamSearch(_TransducerBeamSearch):
         # max_symbols labels that stay there and one symbol that moves on
         return max_time * (self.config.max_symbols_per_frame + 1) + 1
 
-    def _start(self, state: _BeamState) -> None:
+    def _start(self, state: BeamState) -> None:
         state.reset_()
         self._update_active(state)
 
-    def _update_active(self, state: _BeamState) -> None:
+    def _update_active(self, state: BeamState) -> None:
         """[B, K]: hypotheses that exist and have frames left."""
         tree = state.tree
         torch.logical_and(
@@ -89,26 +89,26 @@ class AlsdBeamSearch(_TransducerBeamSearch):
         )
 
     def _candidates(
-        self, state: _BeamState, log_probs: Tensor, fused: Tensor, duration_log_probs: Tensor | None
+        self, state: BeamState, log_probs: Tensor, fused: Tensor, duration_log_probs: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """Per hypothesis its top candidates: (score increments, labels, duration indices), [B, K, E]."""
         beam_size = self.config.beam_size
         early = self.config.pruning == "early"
         if duration_log_probs is None:
             if early:
-                _, labels = _top(log_probs, beam_size)
+                _, labels = top_k(log_probs, beam_size)
                 return fused.gather(-1, labels), labels, None
-            steps, labels = _top(fused, beam_size)
+            steps, labels = top_k(fused, beam_size)
             return steps, labels, None
         if early:  # the model's top labels first, then their (label, duration) pairs
-            _, labels = _top(log_probs, beam_size)
+            _, labels = top_k(log_probs, beam_size)
             label_scores = fused.gather(-1, labels)
         else:
             labels = None
             label_scores = fused
         num_durations = duration_log_probs.shape[-1]
         pairs = label_scores.unsqueeze(-1) + duration_log_probs.unsqueeze(-2)  # [B, K, V or E, N]
-        steps, pair_indices = _top(pairs.flatten(-2), beam_size)
+        steps, pair_indices = top_k(pairs.flatten(-2), beam_size)
         label_indices = torch.div(pair_indices, num_durations, rounding_mode="floor")
         labels = labels.gather(-1, label_indices) if labels is not None else label_indices
         return steps, labels, pair_indices % num_durations
@@ -117,7 +117,7 @@ class AlsdBeamSearch(_TransducerBeamSearch):
         """[B, K]: the score of a blank forced by max_symbols, that of any blank (with LM blank weighting)."""
         return fused[..., self.model.blank_id]
 
-    def _step(self, state: _BeamState, eager: bool) -> None:
+    def _step(self, state: BeamState, eager: bool) -> None:
         tree, model, beam_size = state.tree, self.model, self.config.beam_size
         batch_size = state.batch_size
         active = state.active

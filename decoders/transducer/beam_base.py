@@ -7,10 +7,10 @@ follow (conventions shared with NeMo, LM fusion) are stated once, in `decoders/t
 The hypotheses live in a `BeamTree` (labels with parent pointers, rolling hashes); the result is the best
 hypothesis per utterance by `score / (non_blank_length + 1)` (NeMo's choice) or by raw score.
 
-Execution. Each search is a host loop (`_search`) over named pieces (`_pieces`), functions of a `_BeamState`
+Execution. Each search is a host loop (`_search`) over named pieces (`_pieces`), functions of a `BeamState`
 whose tensors are allocated once and only ever written in place. A piece reads no tensor value on the host and
 makes no tensor whose shape depends on values, so on a GPU each piece is captured once as a CUDA graph and
-replayed (`_CudaGraphsRunner`, NeMo's "no_while_loops" mode); elsewhere, or with `use_cuda_graphs=False`, the
+replayed (`CudaGraphsRunner`, NeMo's "no_while_loops" mode); elsewhere, or with `use_cuda_graphs=False`, the
 same pieces run eagerly. The loop conditions are the only host reads: one per ALSD or WIND beam step; per AES
 frame one for the frame and one per expansion round (rounds stop early when no hypothesis is still on the frame);
 per window of AES++ with skipping one more; reading the hypotheses back at the end costs a few more. Eager mode
@@ -30,10 +30,10 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from decoders.fusion import check_lm_device, lm_for_fusion
+from decoders.fusion import lm_for_fusion
 from decoders.hypotheses import BatchedHypotheses, BeamTree
 from decoders.protocols import LanguageModel, PredictorState, TransducerModel
-from decoders.transducer.shared import capture_cuda_graphs, check_encoder_inputs
+from decoders.transducer.shared import capture_cuda_graphs, checked_inputs, replays_cuda_graphs
 
 BLANK_PROBABILITY_CLAMP = 1e-2  # p(blank) <= 1 - this in weighted blank scoring (NeMo's value for bf16)
 NEG_INF = float("-inf")
@@ -76,14 +76,14 @@ class BeamSearchConfig:
             raise ValueError(f"frame_list_size must be >= beam_size ({self.beam_size}), got {self.frame_list_size}")
 
 
-class _BeamState:
+class BeamState:
     """Every tensor the search reads and writes, allocated once: the tree; per hypothesis [B*K] the prediction
     network's projected output and state and the LM state with its scores for every next label; the search's
     progress (ALSD: `active`; AES: `frame`, `decoding`, `updating`, `logits`; WIND: `skipping`); and the
     values `start` resets them from. `encoder_projected` [B, T, H] is read, never written."""
 
     def __init__(
-        self, decoder: _TransducerBeamSearch, encoder_projected: Tensor, capacity: int, growable: bool = True
+        self, decoder: TransducerBeamSearch, encoder_projected: Tensor, capacity: int, growable: bool = True
     ) -> None:
         model, lm = decoder.model, decoder.lm
         batch_size, max_time, _ = encoder_projected.shape
@@ -146,7 +146,7 @@ class _BeamState:
                 buffer.copy_(value)
 
 
-class _TransducerBeamSearch:
+class TransducerBeamSearch:
     """What the three searches share: checks, eager and CUDA-graph execution, LM fusion, reordering the
     prediction network and LM states."""
 
@@ -173,22 +173,19 @@ class _TransducerBeamSearch:
         self.config = config
         self.lm = lm_for_fusion(lm, config.lm_weight, model.vocab_size, device)  # None at lm_weight 0
         self.num_labels = model.vocab_size + 1
-        self._graphs: _CudaGraphsRunner | None = None
+        self._graphs: CudaGraphsRunner | None = None
 
     @torch.no_grad()
     def __call__(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
         """encoder_output [B, T, D], encoder_lengths [B] -> the best hypothesis per utterance (all K in `.nbest`
         when the config asks for them). `scores` are the raw (fused) log-probabilities, not normalized."""
-        check_encoder_inputs(encoder_output, encoder_lengths)
-        if self.lm is not None:
-            check_lm_device(self.lm, encoder_output.device, "encoder_output")
-        encoder_lengths = encoder_lengths.to(device=encoder_output.device, dtype=torch.long)
-        if self.config.use_cuda_graphs and encoder_output.is_cuda and encoder_output.shape[0] > 0:
+        encoder_lengths = checked_inputs(encoder_output, encoder_lengths, self.lm)
+        if replays_cuda_graphs(self.config.use_cuda_graphs, encoder_output):
             if self._graphs is None:
-                self._graphs = _CudaGraphsRunner(self)
+                self._graphs = CudaGraphsRunner(self)
             return self._graphs(encoder_output, encoder_lengths)
         encoder_projected = self.model.project_encoder(encoder_output)  # [B, T, H]
-        state = _BeamState(self, encoder_projected, capacity=2 * encoder_output.shape[1] + 8)
+        state = BeamState(self, encoder_projected, capacity=2 * encoder_output.shape[1] + 8)
         state.encoder_lengths.copy_(encoder_lengths)
         if encoder_output.shape[0] > 0 and encoder_output.shape[1] > 0:  # else every hypothesis is empty
             pieces = self._pieces(state, eager=True)
@@ -199,17 +196,17 @@ class _TransducerBeamSearch:
         """Hypotheses kept per utterance: the beam (a search that keeps more, such as WIND's frame lists, says)."""
         return self.config.beam_size
 
-    def _best(self, state: _BeamState, batch_size: int | None = None) -> BatchedHypotheses:
+    def _best(self, state: BeamState, batch_size: int | None = None) -> BatchedHypotheses:
         """The best hypothesis of each of the first `batch_size` utterances (all K in `.nbest` on request)."""
         return state.tree.best(self.config.length_normalization, with_nbest=self.config.return_nbest,
                                batch_size=batch_size)
 
     # --- the search: a host loop over pieces ------------------------------------------------------------
-    def _pieces(self, state: _BeamState, eager: bool) -> dict[str, Callable[[], None]]:
+    def _pieces(self, state: BeamState, eager: bool) -> dict[str, Callable[[], None]]:
         """The search's pieces by name, over `state`; `eager` allows the shortcuts that read the host."""
         raise NotImplementedError
 
-    def _search(self, state: _BeamState, run: Run) -> None:
+    def _search(self, state: BeamState, run: Run) -> None:
         """The loop: runs pieces by name and reads only the loop conditions (`active`, `decoding`, ...)."""
         raise NotImplementedError
 
@@ -218,7 +215,7 @@ class _TransducerBeamSearch:
         raise NotImplementedError
 
     # --- pieces' parts -----------------------------------------------------------------------------------
-    def _joint(self, state: _BeamState, frames: Tensor, prediction: Tensor) -> Tensor:
+    def _joint(self, state: BeamState, frames: Tensor, prediction: Tensor) -> Tensor:
         """frames [B, K, ...] (clamped inside each utterance), prediction [B, K, 1..., H] -> logits."""
         frames = torch.minimum(frames, state.last_frames.view(-1, *([1] * (frames.dim() - 1))))
         rows = state.rows.view(-1, *([1] * (frames.dim() - 1)))
@@ -237,7 +234,7 @@ class _TransducerBeamSearch:
             blank = blank * (1.0 + alpha)
         return torch.cat([labels, blank], dim=-1)
 
-    def _label_scores(self, state: _BeamState, logits: Tensor, slots: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def _label_scores(self, state: BeamState, logits: Tensor, slots: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """logits [B, K, ..., V (+N)] of every hypothesis, or of those in `slots` [B, K'] -> (model
         log-probabilities, fused scores), both [B, K or K', ..., V]."""
         log_probs = torch.log_softmax(logits[..., : self.num_labels], dim=-1)
@@ -253,7 +250,7 @@ class _TransducerBeamSearch:
         """logits [..., V + N] -> TDT duration log-probabilities [..., N] (None for RNN-T)."""
         return torch.log_softmax(logits[..., self.num_labels :], dim=-1) if self.is_tdt else None
 
-    def _advance_(self, state: _BeamState, parents: Tensor, labels: Tensor, eager: bool) -> None:
+    def _advance_(self, state: BeamState, parents: Tensor, labels: Tensor, eager: bool) -> None:
         """After `tree.append_(parents, labels, ...)`: each new hypothesis takes its parent's prediction and LM
         state, advanced by its label where it has one (blank and carried hypotheses keep them)."""
         model = self.model
@@ -301,7 +298,7 @@ class _TransducerBeamSearch:
 
     def _append_(
         self,
-        state: _BeamState,
+        state: BeamState,
         parents: Tensor,
         labels: Tensor,
         scores: Tensor,
@@ -316,25 +313,25 @@ class _TransducerBeamSearch:
         self._advance_(state, parents, labels, eager)
 
 
-def _top(values: Tensor, k: int) -> tuple[Tensor, Tensor]:
+def top_k(values: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """Top min(k, size) along the last dimension, sorted."""
     return values.topk(min(k, values.shape[-1]), dim=-1, largest=True, sorted=True)
 
 
-class _CudaGraphsRunner:
+class CudaGraphsRunner:
     """Replays CUDA graphs of a search's pieces; the search's host loop (`_search`) decides which and when.
 
-    The pieces are captured once over a `_BeamState` sized for the largest batch and longest input seen
+    The pieces are captured once over a `BeamState` sized for the largest batch and longest input seen
     (frames rounded up to 64, so nearby lengths reuse the graphs), with the tree preallocated at the search's
     bound on columns (`_max_columns`), since nothing may grow or move inside a graph. A smaller batch runs in
     the first rows; the other rows get length 0 and stay empty. With `capture=False` the pieces are called
     directly: this exact path then runs on a CPU, which is how the tests check it without a GPU.
     """
 
-    def __init__(self, decoder: _TransducerBeamSearch, capture: bool = True) -> None:
+    def __init__(self, decoder: TransducerBeamSearch, capture: bool = True) -> None:
         self.decoder = decoder
         self.capture = capture
-        self.state: _BeamState | None = None
+        self.state: BeamState | None = None
         self.lm: LanguageModel | None = None
         self.replays: dict[str, Callable[[], None]] = {}
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
@@ -362,7 +359,7 @@ class _CudaGraphsRunner:
         ):  # the graphs read the tensors of the LM they were captured with
             padded_time = max(64, -(-max_time // 64) * 64)
             buffer = encoder_projected.new_zeros(batch_size, padded_time, encoder_projected.shape[-1])
-            self.state = state = _BeamState(decoder, buffer, capacity=decoder._max_columns(padded_time), growable=False)
+            self.state = state = BeamState(decoder, buffer, capacity=decoder._max_columns(padded_time), growable=False)
             self.lm = decoder.lm
             self.replays = self._compile(decoder._pieces(state, eager=False))
         state.encoder_projected[:batch_size, :max_time].copy_(encoder_projected)

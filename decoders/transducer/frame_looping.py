@@ -12,7 +12,7 @@ from torch import Tensor
 
 from decoders.hypotheses import BatchedHypotheses
 from decoders.protocols import PredictorState, TransducerModel
-from decoders.transducer.greedy import GreedyConfig, _label_scores
+from decoders.transducer.greedy import GreedyConfig, best_label_scores
 from decoders.transducer.shared import check_encoder_inputs
 
 
@@ -56,7 +56,7 @@ class FrameLoopingGreedy:
                 if not bool(on_frame.any()):
                     break
                 logits = model.joint_after_projection(encoder_projected[:, t], prediction)  # [B, V (+N)]
-                scores, labels = _label_scores(logits, self.num_labels)
+                scores, labels, _ = best_label_scores(logits, self.num_labels)
                 is_blank = labels == model.blank_id
                 if self.is_tdt:
                     durations = durations_table[logits[:, self.num_labels:].argmax(dim=-1)]

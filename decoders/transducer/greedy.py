@@ -45,11 +45,11 @@ from decoders.confidence import (
     reduce_masked,
     token_confidence,
 )
-from decoders.fusion import check_lm_device, lm_for_fusion
+from decoders.fusion import lm_for_fusion
 from decoders.hypotheses import BatchedHypotheses
-from decoders.transducer.label_looping_cpu import label_looping_cpu
 from decoders.protocols import LanguageModel, TransducerModel
-from decoders.transducer.shared import capture_cuda_graphs, check_encoder_inputs
+from decoders.transducer.label_looping_cpu import label_looping_cpu
+from decoders.transducer.shared import capture_cuda_graphs, checked_inputs, replays_cuda_graphs
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,8 @@ class GreedyConfig:
     max_symbols: int = 10  # labels per frame before the frame is forced on (NeMo's max_symbols)
     window_size: int = 1  # WIND window W; 1 is plain label looping
     use_cuda_graphs: bool = True  # replay CUDA graphs of the loop bodies when decoding on a GPU
-    # on a CPU, keep the loop's bookkeeping on the host (decoders/transducer/label_looping_cpu.py); False runs the tensor
-    # loop a GPU runs (tests and benchmarks compare the two)
+    # on a CPU, keep the loop's bookkeeping on the host (decoders/transducer/label_looping_cpu.py); False runs the
+    # tensor loop a GPU runs (tests and benchmarks compare the two)
     host_loop: bool = True
     lm_weight: float = 0.0  # shallow-fusion weight of the LM passed to the decoder (NeMo's ngram_lm_alpha)
 
@@ -69,14 +69,9 @@ class GreedyConfig:
             raise ValueError(f"window_size must be >= 1, got {self.window_size}")
 
 
-def _label_scores(logits: Tensor, num_labels: int) -> tuple[Tensor, Tensor]:
-    """logits [..., V (+N)] -> (log-probability of the best label, best label), both [...]."""
-    scores, labels, _ = _label_scores_and_norm(logits, num_labels)
-    return scores, labels
-
-
-def _label_scores_and_norm(logits: Tensor, num_labels: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Like `_label_scores`, with the logsumexp of the label logits [...] (confidence reuses it)."""
+def best_label_scores(logits: Tensor, num_labels: int) -> tuple[Tensor, Tensor, Tensor]:
+    """logits [..., V (+N)] -> (log-probability of the best label, best label, logsumexp of the label logits),
+    all [...] (confidence reuses the logsumexp)."""
     label_logits = logits[..., :num_labels]
     best_logits, labels = label_logits.max(dim=-1)
     log_norm = torch.logsumexp(label_logits, dim=-1)
@@ -84,14 +79,14 @@ def _label_scores_and_norm(logits: Tensor, num_labels: int) -> tuple[Tensor, Ten
 
 
 def _fused_label_scores(logits: Tensor, num_labels: int, lm_term: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Like `_label_scores_and_norm`, with a non-blank winner re-picked by `logits + lm_term` (blank is the last
+    """Like `best_label_scores`, with a non-blank winner re-picked by `logits + lm_term` (blank is the last
     label).
 
     logits [..., V (+N)], lm_term [..., V - 1] (lm_weight * LM scores) -> (the joint's log-probability of the
     chosen label, chosen label, logsumexp of the label logits), all [...].
     """
     label_logits = logits[..., :num_labels]
-    _, labels = label_logits.max(dim=-1)  # the same call as `_label_scores`: the same blank decision on ties
+    _, labels = label_logits.max(dim=-1)  # the same call as `best_label_scores`: the same blank decision on ties
     fused_labels = (label_logits[..., : num_labels - 1] + lm_term).argmax(dim=-1)
     labels = torch.where(labels == num_labels - 1, labels, fused_labels)
     chosen = label_logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
@@ -215,11 +210,8 @@ class LabelLoopingGreedy:
     @torch.no_grad()
     def __call__(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
         """encoder_output [B, T, D], encoder_lengths [B] -> the greedy hypothesis of each utterance."""
-        check_encoder_inputs(encoder_output, encoder_lengths)
-        if self.lm is not None:
-            check_lm_device(self.lm, encoder_output.device, "encoder_output")
-        encoder_lengths = encoder_lengths.to(device=encoder_output.device, dtype=torch.long)
-        if self.config.use_cuda_graphs and encoder_output.is_cuda and encoder_output.shape[0] > 0:
+        encoder_lengths = checked_inputs(encoder_output, encoder_lengths, self.lm)
+        if replays_cuda_graphs(self.config.use_cuda_graphs, encoder_output):
             if self._graphs is None:
                 self._graphs = _CudaGraphsRunner(self)
             return self._graphs(encoder_output, encoder_lengths)
@@ -309,7 +301,7 @@ class LabelLoopingGreedy:
                 state.encoder_projected[state.batch_indices, frames], state.prediction)  # [B, V (+N)]
             lm_term = self._lm_term(state)
             if lm_term is None:
-                scores, labels, log_norm = _label_scores_and_norm(logits, self.num_labels)
+                scores, labels, log_norm = best_label_scores(logits, self.num_labels)
             else:
                 scores, labels, log_norm = _fused_label_scores(logits, self.num_labels, lm_term)
             is_blank = labels == self.model.blank_id
@@ -405,7 +397,7 @@ class LabelLoopingGreedy:
         )  # [B, W, V (+N)]
         lm_term = self._lm_term(state)
         if lm_term is None:
-            scores, labels, log_norm = _label_scores_and_norm(logits, self.num_labels)  # [B, W]
+            scores, labels, log_norm = best_label_scores(logits, self.num_labels)  # [B, W]
         else:  # the LM state is the same on every frame of the window: no label is emitted inside it
             scores, labels, log_norm = _fused_label_scores(logits, self.num_labels, lm_term.unsqueeze(1))  # [B, W]
         is_label = (labels != self.model.blank_id) & inside

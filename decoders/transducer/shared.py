@@ -1,5 +1,6 @@
-"""What the transducer decoders share besides the model protocol: the checks every entry point makes on its inputs,
-and the capture of CUDA graphs of a loop's pieces."""
+"""What the transducer decoders share besides the model protocol: the checks every entry point makes on its inputs
+(and, for the searches that fuse an LM and replay CUDA graphs, the rest of their call's opening), and the capture of
+CUDA graphs of a loop's pieces."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
+
+from decoders.fusion import check_lm_device
+from decoders.protocols import LanguageModel
 
 
 def check_encoder_inputs(encoder_output: Tensor, encoder_lengths: Tensor) -> None:
@@ -25,6 +29,20 @@ def check_encoder_inputs(encoder_output: Tensor, encoder_lengths: Tensor) -> Non
             raise ValueError(
                 f"encoder_lengths must lie in [0, T={encoder_output.shape[1]}], got values in [{low}, {high}]"
             )
+
+
+def checked_inputs(encoder_output: Tensor, encoder_lengths: Tensor, lm: LanguageModel | None) -> Tensor:
+    """The opening of a fusing search's call: the inputs checked (`check_encoder_inputs`), the LM it fuses (if any)
+    on the inputs' device (`check_lm_device`) -> encoder_lengths [B] as long integers on that device."""
+    check_encoder_inputs(encoder_output, encoder_lengths)
+    if lm is not None:
+        check_lm_device(lm, encoder_output.device, "encoder_output")
+    return encoder_lengths.to(device=encoder_output.device, dtype=torch.long)
+
+
+def replays_cuda_graphs(use_cuda_graphs: bool, encoder_output: Tensor) -> bool:
+    """Whether a search replays CUDA graphs for this input: asked to, on a GPU, with at least one utterance."""
+    return use_cuda_graphs and encoder_output.is_cuda and encoder_output.shape[0] > 0
 
 
 def capture_cuda_graphs(pieces: dict[str, Callable[[], None]],
@@ -46,4 +64,4 @@ def capture_cuda_graphs(pieces: dict[str, Callable[[], None]],
     return graphs
 
 
-__all__ = ["capture_cuda_graphs", "check_encoder_inputs"]
+__all__ = ["capture_cuda_graphs", "check_encoder_inputs", "checked_inputs", "replays_cuda_graphs"]

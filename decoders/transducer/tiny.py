@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from decoders.transducer.lstm_step import LstmStep
 from decoders.protocols import PredictorState
+from decoders.transducer.lstm_step import LstmStep
 
 
 class TinyTransducer(nn.Module):

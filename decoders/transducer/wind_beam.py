@@ -12,10 +12,10 @@ import torch
 from torch import Tensor
 
 from decoders.hypotheses import NO_LABEL, BatchedHypotheses, extend_hashes
-from decoders.transducer.beam_base import NEG_INF, Run, _BeamState, _top, _TransducerBeamSearch
+from decoders.transducer.beam_base import NEG_INF, BeamState, Run, TransducerBeamSearch, top_k
 
 
-class WindBeamSearch(_TransducerBeamSearch):
+class WindBeamSearch(TransducerBeamSearch):
     """WIND beam search (Xu et al., 2025, "WIND: Accelerated RNN-T Decoding with Windowed Inference for
     Non-blank Detection", arXiv 2505.13765, its third algorithm), batched over utterances on a `BeamTree`. RNN-T
     only: a TDT model is refused when the search is built.
@@ -47,12 +47,12 @@ class WindBeamSearch(_TransducerBeamSearch):
     for AES++); with `expansion_gamma=float("inf")` each hypothesis keeps its K best entries whatever their
     scores, the step taken literally. Without it a list's children on its own frame (labels at offset 0, however
     unlikely) form a new list that nothing outscores, so each frame comes round up to `max_symbols` + 1 times:
-    on the bundled model 2-5x the steps and time of this default, and a worse WER without an LM
-    (benchmarks/wind_beam.py). The paper lets a list grow until its turn; C bounds the memory so that the search
-    runs on fixed-size tensors (tests/decoders/transducer/test_wind_beam.py checks that with C at least the largest list the
-    unbounded search held, the results are the unbounded search's). A window compares a label on frame t with
-    blank over all n frames, so a model whose blank is likely but not near-certain (random models) emits labels
-    where greedy would not.
+    on the bundled model more steps and time than this default, and a worse WER without an LM (measured in
+    docs/benchmarks.md, "WIND beam search against ALSD++ and AES++"). The paper lets a list grow until its turn;
+    C bounds the memory so that the search runs on fixed-size tensors (tests/decoders/transducer/test_wind_beam.py
+    checks that with C at least the largest list the unbounded search held, the results are the unbounded
+    search's). A window compares a label on frame t with blank over all n frames, so a model whose blank is likely
+    but not near-certain (random models) emits labels where greedy would not.
 
     Batched: each utterance moves through its frames on its own (`frame` [B]). Its hypotheses live in S = G * C
     tree slots, G = W + 1 lists of C slots; the list of frame f is slot group f mod G: every hypothesis waiting
@@ -74,10 +74,10 @@ class WindBeamSearch(_TransducerBeamSearch):
     def _hypothesis_slots(self) -> int:
         return self.groups * self.list_size
 
-    def _pieces(self, state: _BeamState, eager: bool) -> dict[str, Callable[[], None]]:
+    def _pieces(self, state: BeamState, eager: bool) -> dict[str, Callable[[], None]]:
         return {"start": lambda: self._start(state), "step": lambda: self._step(state, eager)}
 
-    def _search(self, state: _BeamState, run: Run) -> None:
+    def _search(self, state: BeamState, run: Run) -> None:
         run("start")
         columns = 0
         while bool(state.decoding.any()):
@@ -90,7 +90,7 @@ class WindBeamSearch(_TransducerBeamSearch):
         # carry one more label emitted there
         return max_time * (self.config.max_symbols_per_frame + 1) + 1
 
-    def _best(self, state: _BeamState, batch_size: int | None = None) -> BatchedHypotheses:
+    def _best(self, state: BeamState, batch_size: int | None = None) -> BatchedHypotheses:
         # every hypothesis left stands at the end; the n-best are the K best of them, not all S slots
         tree = state.tree
         order = tree.ranking(self.config.length_normalization)[:batch_size, : self.config.beam_size]
@@ -99,11 +99,11 @@ class WindBeamSearch(_TransducerBeamSearch):
             best.nbest = tree.to_hypotheses(order)
         return best
 
-    def _start(self, state: _BeamState) -> None:
+    def _start(self, state: BeamState) -> None:
         state.reset_()  # the empty hypothesis in slot 0: frame 0, group 0
         self._update_frame(state)
 
-    def _update_frame(self, state: _BeamState) -> None:
+    def _update_frame(self, state: BeamState) -> None:
         """Each utterance's current frame: the smallest at which a hypothesis waits (`decoding` where one does)."""
         tree, lengths = state.tree, state.encoder_lengths
         waiting = (tree.scores > NEG_INF) & (tree.next_frames < lengths.unsqueeze(1))
@@ -111,7 +111,7 @@ class WindBeamSearch(_TransducerBeamSearch):
         frames = torch.where(waiting, tree.next_frames, state.max_time).amin(dim=1)
         torch.where(state.decoding, frames, lengths, out=state.frame)
 
-    def _merge_and_prune(self, state: _BeamState, list_slots: Tensor, scores: Tensor, fused: Tensor) -> Tensor:
+    def _merge_and_prune(self, state: BeamState, list_slots: Tensor, scores: Tensor, fused: Tensor) -> Tensor:
         """Step 1's prefix merging over the lists in `list_slots` [B, C] with `scores` [B, C] and the fused scores
         on their frame `fused` [B, C, V] -> the merged scores [B, C], -inf for the prefixes dropped."""
         tree, list_size = state.tree, list_slots.shape[1]
@@ -147,7 +147,7 @@ class WindBeamSearch(_TransducerBeamSearch):
         labels = torch.where(allowed.unsqueeze(-1), labels, NEG_INF)
         return torch.cat([labels.flatten(2), totals[..., -1:]], dim=-1)
 
-    def _step(self, state: _BeamState, eager: bool) -> None:
+    def _step(self, state: BeamState, eager: bool) -> None:
         tree, model, config = state.tree, self.model, self.config
         batch_size, slots, beam_size = state.batch_size, state.beam_size, config.beam_size
         window, list_size, groups = config.window_size, self.list_size, self.groups
@@ -170,7 +170,7 @@ class WindBeamSearch(_TransducerBeamSearch):
         if list_size > 1:
             scores = self._merge_and_prune(state, list_slots, scores, fused[:, :, 0])
         tree.scores.scatter_(1, list_slots, torch.where(decoding.unsqueeze(1), scores, listed))
-        kept_scores, kept = _top(scores, beam_size)  # kept: places in the list [B, K]
+        kept_scores, kept = top_k(scores, beam_size)  # kept: places in the list [B, K]
         kept_slots = list_slots.gather(1, kept)
 
         # 3-4. the window scores of every label at every offset, and each kept hypothesis's K best entries
@@ -178,7 +178,7 @@ class WindBeamSearch(_TransducerBeamSearch):
         no_label_now = tree.frame_counts.gather(1, list_slots) >= config.max_symbols_per_frame
         values = self._window_entries(fused, inside, no_label_now)  # [B, C, W * (V - 1) + 1]
         ranking = values if config.pruning == "late" else self._window_entries(log_probs, inside, no_label_now)
-        ranked, entries = _top(ranking, beam_size)  # [B, C, K']
+        ranked, entries = top_k(ranking, beam_size)  # [B, C, K']
         steps = values.gather(-1, entries)
         picks = kept.unsqueeze(-1).expand(-1, -1, entries.shape[-1])
         ranked, entries, steps = ranked.gather(1, picks), entries.gather(1, picks), steps.gather(1, picks)
@@ -228,7 +228,7 @@ class WindBeamSearch(_TransducerBeamSearch):
 
     @staticmethod
     def _merge_identical(
-        state: _BeamState,
+        state: BeamState,
         waiting_scores: Tensor,
         child_scores: Tensor,
         parents: Tensor,

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from decoders.pieces import WORD_START
 from pipeline.decoding.plan import DecodingPlan
 
 if TYPE_CHECKING:
-    from decoders.ngram.lm import NgramLm
+    from decoders.ngram import NgramLm
     from decoders.protocols import LanguageModel
-    from pipeline.model.nemo_file import ModelLayout
-    from pipeline.model.nemo import AsrModel
+    from pipeline.model import AsrModel, ModelLayout
 
 
 def load_language_model(plan: DecodingPlan, vocab_size: int, cache_dir: str, tokenizer: Any = None
@@ -28,21 +28,21 @@ def load_language_model(plan: DecodingPlan, vocab_size: int, cache_dir: str, tok
     ARPA file (plain or gzip): token-level as it is, word-level (`decoding.lm_level`, or told by its unigrams)
     converted to a token LM with the model's `tokenizer` and cached (`pipeline/lm/word_arpa.py`); anything else as
     the binary written by `python jobs/build_lm.py`, which is memory-mapped."""
-    from decoders.ngram.lm import NgramLm
-    from pipeline.io.fetch import fetch_file
+    from decoders.ngram import NgramLm
+    from pipeline.io import fetch_file, lms_dir
 
     if not plan.fuses_lm:
         return None
     uri = plan.config.lm_uri
     is_arpa = ".arpa" in uri.rsplit("/", 1)[-1]
-    path = fetch_file(uri, sha256=plan.config.lm_sha256, cache_dir=f"{cache_dir}/lms",
+    path = fetch_file(uri, sha256=plan.config.lm_sha256, cache_dir=lms_dir(cache_dir),
                       suffix=".arpa" if is_arpa else ".lm")
     if is_arpa and _arpa_level(str(path), vocab_size, plan.config.lm_level) == "word":
-        from pipeline.lm.word_arpa import load_word_arpa, model_speller
+        from pipeline.lm import load_word_arpa, model_speller
 
         if tokenizer is None:
             raise ValueError(f"{uri} is a word-level ARPA: converting it needs the model's tokenizer")
-        lm = load_word_arpa(path, model_speller(tokenizer), vocab_size, f"{cache_dir}/lms")
+        lm = load_word_arpa(path, model_speller(tokenizer), vocab_size, cache_dir)
     else:
         lm = NgramLm.from_arpa(path, vocab_size) if is_arpa else NgramLm.load(path)
     if lm.vocab_size != vocab_size:
@@ -53,7 +53,7 @@ def load_language_model(plan: DecodingPlan, vocab_size: int, cache_dir: str, tok
 
 def _arpa_level(path: str, vocab_size: int, level: str) -> str:
     """`decoding.lm_level` resolved for the ARPA file at `path`: "token" or "word"."""
-    from decoders.ngram.word_lm import arpa_level
+    from decoders.ngram import arpa_level
 
     return level if level != "auto" else arpa_level(path, vocab_size)
 
@@ -63,8 +63,7 @@ def lm_problem(path: str, vocab_size: int | None, level: str = "auto") -> str | 
     None: not checked), read cheaply before any actor starts: the binary's header, or an ARPA file's unigrams
     (a word-level ARPA, as `level` says or its unigrams tell, is converted with the model's tokenizer: only its
     header and unigrams are checked here)."""
-    from decoders.ngram.arpa import ArpaFormatError, ArpaNgram, iter_arpa
-    from decoders.ngram.binary import NgramFileError, load_tensors
+    from decoders.ngram import ArpaFormatError, ArpaNgram, NgramFileError, iter_arpa, load_tensors
 
     if ".arpa" in path.rsplit("/", 1)[-1]:
         try:
@@ -103,7 +102,7 @@ class PhraseTokenizer:
         import sentencepiece
         from sentencepiece import sentencepiece_model_pb2
 
-        from pipeline.lm.text import TextNormaliser
+        from pipeline.lm import TextNormaliser
 
         self.processor = processor
         self.vocab_size = int(processor.get_piece_size())
@@ -112,12 +111,12 @@ class PhraseTokenizer:
         proto.normalizer_spec.add_dummy_prefix = False
         self.inner = sentencepiece.SentencePieceProcessor(model_proto=proto.SerializeToString())
         self.normalise = TextNormaliser(processor.id_to_piece(i) for i in range(self.vocab_size))
-        word_start = processor.piece_to_id("\u2581")
+        word_start = processor.piece_to_id(WORD_START)
         self.word_start_id = None if word_start == processor.unk_id() else word_start
         self.unk_id = processor.unk_id()
 
     def __call__(self, text: str, where: str = "phrase") -> list[list[int]]:
-        from decoders.boosting.tree import PhraseListError, phrase_token_sequences
+        from decoders.boosting import PhraseListError, phrase_token_sequences
 
         normalised = self.normalise(text)
         if not normalised:
@@ -151,7 +150,7 @@ def sentencepiece_of(model: AsrModel | ModelLayout) -> Any:
 def boosting_from_phrase_file(path: str, processor: Any, vocab_size: int, name: str | None = None):
     """A phrase list file -> `PhraseBoosting` over the model's labels; `PhraseListError` names the file and line
     of an empty phrase, a malformed weight, or a phrase the tokenizer cannot encode."""
-    from decoders.boosting.tree import PhraseBoosting, read_phrase_list
+    from decoders.boosting import PhraseBoosting, read_phrase_list
 
     tokenize = PhraseTokenizer(processor)
     if tokenize.vocab_size != vocab_size:
@@ -168,12 +167,12 @@ def boosting_from_phrase_file(path: str, processor: Any, vocab_size: int, name: 
 def load_boosting_model(plan: DecodingPlan, model: AsrModel | ModelLayout, cache_dir: str):
     """The plan's boosting tree (None when it boosts nothing): the phrase list fetched once per node through the
     cache and tokenized with the model's tokenizer, once per actor."""
-    from pipeline.io.fetch import fetch_file
+    from pipeline.io import fetch_file, phrases_dir
 
     if not plan.boosts:
         return None
     uri = plan.config.phrases_uri
-    path = fetch_file(uri, cache_dir=f"{cache_dir}/phrases", suffix=".txt")
+    path = fetch_file(uri, cache_dir=phrases_dir(cache_dir), suffix=".txt")
     return boosting_from_phrase_file(str(path), sentencepiece_of(model), plan.lm_vocab_size(model), name=uri)
 
 

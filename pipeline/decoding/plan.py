@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from pipeline.model.nemo_file import Head, ModelFacts
 from pipeline.io.redact import redact
+from pipeline.model import Head, ModelFacts
 from pipeline.settings import check_settings, setting
 
 if TYPE_CHECKING:
@@ -37,8 +37,7 @@ if TYPE_CHECKING:
     from decoders.confidence import ConfidenceConfig
     from decoders.hypotheses import BatchedHypotheses, Hypothesis
     from decoders.protocols import LanguageModel
-    from pipeline.model.nemo_file import ModelLayout
-    from pipeline.model.nemo import AsrModel
+    from pipeline.model import AsrModel, ModelLayout
 
 SpanKind = Literal["rnnt", "tdt", "ctc"]
 Decode = Callable[["Tensor", "Tensor"], "BatchedHypotheses"]  # encoder_output [B, T, D], lengths [B]
@@ -286,7 +285,7 @@ class DecodingPlan:
         boosting = boosting if self.boosts else None
         if lm is None or boosting is None:
             return lm if boosting is None else boosting
-        from decoders.boosting.tree import WeightedSum
+        from decoders.boosting import WeightedSum
 
         total = self.fusion_weight
         return WeightedSum(lm, self.lm_weight / total, boosting, self.boost_weight / total)
@@ -423,7 +422,7 @@ def results_identity(config: DecodingConfig) -> dict[str, Any]:
 
 # --- building the decoders ---------------------------------------------------------------------------------
 def _label_looping(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None) -> Decode:
-    from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy
+    from decoders.transducer import GreedyConfig, LabelLoopingGreedy
 
     return LabelLoopingGreedy(model.transducer, GreedyConfig(
         max_symbols=plan.max_symbols, window_size=plan.window_size, lm_weight=plan.fusion_weight if lm else 0.0,
@@ -431,13 +430,7 @@ def _label_looping(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None
 
 
 def _transducer_beam(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None) -> Decode:
-    from decoders.transducer.beam import (
-        AesBeamSearch,
-        AesSkipBlankSearch,
-        AlsdBeamSearch,
-        BeamSearchConfig,
-        WindBeamSearch,
-    )
+    from decoders.transducer import AesBeamSearch, AesSkipBlankSearch, AlsdBeamSearch, BeamSearchConfig, WindBeamSearch
 
     config = plan.config
     search = {"alsd": AlsdBeamSearch, "aes": AesBeamSearch, "aes_skip": AesSkipBlankSearch,
@@ -450,7 +443,7 @@ def _transducer_beam(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | No
         return search
 
     def search_with_confidence(encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
-        from decoders.transducer.confidence import hypothesis_confidence
+        from decoders.transducer import hypothesis_confidence
 
         hypotheses = search(encoder_output, encoder_lengths)
         hypotheses.token_confidence = hypothesis_confidence(model.transducer, encoder_output, hypotheses,
@@ -463,7 +456,7 @@ def _transducer_beam(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | No
 def _ctc_greedy(model: AsrModel, plan: DecodingPlan, lm: LanguageModel | None) -> Decode:
     import torch
 
-    from decoders.ctc.greedy import CtcGreedy
+    from decoders.ctc import CtcGreedy
 
     greedy = CtcGreedy(blank_id=model.ctc.blank_id, lm=lm, lm_weight=plan.fusion_weight if lm else 0.0,
                        device=plan.device, confidence=plan.confidence)
@@ -482,7 +475,7 @@ def compact_ctc_log_probs(model: AsrModel, encoder_output: Tensor, encoder_lengt
     float16 halves the rest."""
     import torch
 
-    from decoders.ctc.greedy import collapse_blanks
+    from decoders.ctc import collapse_blanks
 
     with torch.no_grad():
         log_probs = model.ctc.log_probs(encoder_output).float()  # [B, T, V]
@@ -508,9 +501,8 @@ class _CompactCtcBeamSearch:
 
     def __init__(self, model: AsrModel | ModelLayout, plan: DecodingPlan, lm: LanguageModel | None,
                  warm_up: bool = True) -> None:
-        from decoders.ctc.beam import CtcBeamConfig, CtcBeamSearch
-        from decoders.ctc.beam_cpu import CpuCtcBeamSearch
-        from decoders.ngram.tensors import NgramTensors
+        from decoders.ctc import CpuCtcBeamSearch, CtcBeamConfig, CtcBeamSearch
+        from decoders.ngram import NgramTensors
 
         config = plan.config
         self.num_labels = model.ctc.vocab_size + 1

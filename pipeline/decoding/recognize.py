@@ -19,10 +19,9 @@ from torch import Tensor
 from decoders.confidence import Aggregation, segment_reduce
 from decoders.hypotheses import BatchedHypotheses
 from decoders.timestamps import Span, SpanKind, refine_punctuation_spans, token_frame_spans, word_spans
-from decoders.transducer.greedy import GreedyConfig
+from decoders.transducer import GreedyConfig
 from pipeline.decoding.plan import GREEDY_BY_HEAD, DecodingConfig, plan_decoding
-from pipeline.model.nemo_file import Head, ModelLayout
-from pipeline.model.nemo import AsrModel
+from pipeline.model import AsrModel, Head, ModelLayout
 
 
 @dataclass(frozen=True)

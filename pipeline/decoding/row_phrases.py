@@ -35,19 +35,18 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pipeline import schema
-from pipeline.decoding.plan import Decode, DecodingPlan, WriterSearch
 from pipeline.decoding.fusion import PhraseTokenizer, sentencepiece_of
+from pipeline.decoding.plan import Decode, DecodingPlan, WriterSearch
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from torch import Tensor
 
-    from decoders.boosting.tree import PhraseBoosting
+    from decoders.boosting import PhraseBoosting
     from decoders.hypotheses import Hypothesis
     from decoders.protocols import LanguageModel
     from pipeline.decoding.plan import CompactCtc
-    from pipeline.model.nemo_file import ModelLayout
-    from pipeline.model.nemo import AsrModel
+    from pipeline.model import AsrModel, ModelLayout
 
 PhraseSet = tuple[tuple[str, "float | None"], ...]  # a row's phrases: (text, weight or None), sorted, each once
 MAX_CACHED_PHRASES = 20_000  # tokenized phrases an actor keeps (about 2 KiB each: 35 MiB)
@@ -107,7 +106,7 @@ class RowPhrases:
         return None
 
     def _spell(self, text: str) -> list[list[int]] | str:
-        from decoders.boosting.tree import PhraseListError
+        from decoders.boosting import PhraseListError
 
         cached = self._spellings.get(text)
         if cached is not None:
@@ -123,7 +122,7 @@ class RowPhrases:
         return spellings
 
     def _tree(self, phrases: PhraseSet) -> PhraseBoosting:
-        from decoders.boosting.tree import PhraseBoosting
+        from decoders.boosting import PhraseBoosting
 
         tree = self._trees.get(phrases)
         if tree is not None:
@@ -145,8 +144,7 @@ class RowPhrases:
     def fused_model(self, sets: Sequence[PhraseSet]) -> LanguageModel:
         """What the decoder of rows with these phrase sets (one per row, in order) fuses: their trees as one model
         bound to the rows, plus the job's tree and the LM as the plan fuses them (module docstring)."""
-        from decoders.boosting.tree import WeightedSum
-        from decoders.boosting.rows import RowPhraseBoosting
+        from decoders.boosting import RowPhraseBoosting, WeightedSum
 
         started = time.perf_counter()
         distinct = list(dict.fromkeys(sets))

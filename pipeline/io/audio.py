@@ -30,7 +30,7 @@ chunk claims 4 GB on a 1 s body decodes to that 1 s), and the measured `duration
 whose header leaves its length open (total frames 0, as streaming encoders write it) decodes to its end.
 
 Segments (a row with an offset or a duration) are read by byte range where libsndfile seeks cheaply
-(`_RANGE_FORMATS`), the rows of one batch that name one file through one open of it, in order of offset
+(`RANGE_FORMATS`), the rows of one batch that name one file through one open of it, in order of offset
 (`load_audio_batch`); other formats, and remote files whose size is not told, are fetched whole, once for all of
 a file's rows in a batch. Which formats, what they cost, and how a row's reads are bounded: `pipeline.io.audio_read`.
 
@@ -54,17 +54,17 @@ import numpy as np
 import soundfile
 import soxr
 
-from pipeline.io.audio_read import (
-    _OBJECT_REPR,
-    _RANGE_FORMATS,
-    DEFAULT_LIMITS,
-    AudioError,
-    _call_within,
-    _open_source,
-    _RangeReader,
-    read_bytes,
-)
 from pipeline.config import InputConfig
+from pipeline.io.audio_read import (
+    DEFAULT_LIMITS,
+    RANGE_FORMATS,
+    AudioError,
+    RangeReader,
+    call_within,
+    open_source,
+    read_bytes,
+    without_object_reprs,
+)
 
 _CHUNK_VALUES = 1 << 20  # float32 values decoded per chunk (4 MiB whatever the channel count)
 _CHUNK_OUTPUT_SAMPLES = 1 << 22  # resampled samples per chunk: soxr's stream segfaulted on one call giving 1.6e9
@@ -116,7 +116,7 @@ def load_audio_batch(
     """The rows of one batch -> per row its `LoadedAudio`, or the `AudioError` that row gets (never raised).
 
     Rows naming the same file share one open of it, read in order of offset: the cuts of one recording read
-    by range what they need, once (`_RangeReader`), and a file read whole is fetched once for all its rows.
+    by range what they need, once (`RangeReader`), and a file read whole is fetched once for all its rows.
     An offset None is 0; a duration None or 0 is "to the end". A lone row of a whole file is read as
     `load_audio` reads it (`read_bytes`, then `decode_audio`).
     """
@@ -148,7 +148,7 @@ def _load_rows(uri: str, rows: list[int], sample_rate: int, offsets_s: Sequence[
                results: list[LoadedAudio | AudioError | None]) -> None:
     """`rows` of one file, read through one open of it (or its bytes, where its size cannot be known)."""
     try:
-        source = _call_within(time.monotonic() + limits.read_timeout_s, limits, uri, _open_source, uri,
+        source = call_within(time.monotonic() + limits.read_timeout_s, limits, uri, open_source, uri,
                               limits.max_file_bytes)
     except AudioError as error:
         for row in rows:
@@ -160,7 +160,7 @@ def _load_rows(uri: str, rows: list[int], sample_rate: int, offsets_s: Sequence[
             results[row] = _row_outcome(uri, decode_audio, data, sample_rate, offsets_s[row] or 0.0,
                                         durations_s[row] or None, channels[row], limits, uri)
         return
-    reader = _RangeReader(source, uri, limits)
+    reader = RangeReader(source, uri, limits)
     try:
         for row in rows:
             reader.begin_row()
@@ -182,14 +182,14 @@ def _row_outcome(uri: str, load: Callable[..., LoadedAudio], *args: Any) -> Load
     except AudioError as error:
         return error
     except Exception as error:  # a decoder bug must cost one row, not the batch
-        return AudioError(f"{uri}: cannot load audio ({type(error).__name__}: {_OBJECT_REPR.sub('', str(error))})")
+        return AudioError(f"{uri}: cannot load audio ({type(error).__name__}: {without_object_reprs(str(error))})")
 
 
-def _decode_range(reader: _RangeReader, sample_rate: int, offset_s: float, duration_s: float | None,
+def _decode_range(reader: RangeReader, sample_rate: int, offset_s: float, duration_s: float | None,
                   channel: int | None, limits: InputConfig, name: str) -> LoadedAudio:
-    """One row through a file's `_RangeReader`: read by range where the format seeks cheaply, else whole."""
+    """One row through a file's `RangeReader`: read by range where the format seeks cheaply, else whole."""
     with _open_sound(reader, name) as sound:
-        if sound.format not in _RANGE_FORMATS:
+        if sound.format not in RANGE_FORMATS:
             reader.fetch_whole()
         reader.plan(int(sound.frames) if 0 < sound.frames < _UNKNOWN_FRAMES else None)
         return _decode(sound, sample_rate, offset_s, duration_s, channel, limits, name, expect=reader.expect)
@@ -365,7 +365,7 @@ def _decode_into(sound: soundfile.SoundFile, buffer: np.ndarray) -> tuple[int, s
 def _libsndfile_reason(error: BaseException) -> str:
     """libsndfile's reason without "Error opening <_io.BytesIO object at 0x...>: "."""
     reason = getattr(error, "error_string", None) or str(error)
-    reason = _OBJECT_REPR.sub("", reason).strip()
+    reason = without_object_reprs(reason).strip()
     reason = re.sub(r"^Error opening\s*:?\s*", "", reason)
     if reason.startswith("File does not exist or is not a regular file"):  # its words for "no stream found"
         return "no audio stream found"
@@ -375,7 +375,7 @@ def _libsndfile_reason(error: BaseException) -> str:
 def _detail(failure: str) -> str:
     """libsndfile's reason for a failed read, in parentheses, unless it is its internal seek failure (which says
     nothing more than "truncated")."""
-    failure = re.sub(r"^Error\s*:\s*", "", _OBJECT_REPR.sub("", failure).strip())
+    failure = re.sub(r"^Error\s*:\s*", "", without_object_reprs(failure).strip())
     return "" if not failure or "psf_fseek" in failure else f" ({failure.rstrip('.')})"
 
 

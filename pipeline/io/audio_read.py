@@ -1,5 +1,5 @@
 """A file's bytes for `pipeline.io.audio`, within bounds: fetched whole (`read_bytes`), or opened once for the
-segments of a batch and read by byte range on demand (`_open_source`, `_RangeReader`). Decoding is
+segments of a batch and read by byte range on demand (`open_source`, `RangeReader`). Decoding is
 `pipeline.io.audio`'s; this module does not import it.
 
 Any failure raises `AudioError` whose message names the file (its URI) and the cause:
@@ -12,26 +12,25 @@ Any failure raises `AudioError` whose message names the file (its URI) and the c
   than `max_file_bytes + 1` bytes, so a file that grows or whose size is unknown is refused all the same.
 - a fetch taking longer than `input.read_timeout_s` (`--read-timeout-s`): "read timed out after 60 s"; a
   segment's range reads are bounded together, in time and bytes, as one fetch is (below).
-Messages never carry an object's repr (`_OBJECT_REPR`, which `pipeline.io.audio` strips from libsndfile's reasons).
+Messages never carry an object's repr (`without_object_reprs`, which `pipeline.io.audio` applies to libsndfile's
+reasons too).
 
 Paths: a URI without "://" and a `file://` URI are local files, opened with `os.open`, never through fsspec, and
 taken literally (`x::y.wav`, `a#b [1].wav`, spaces and non-ASCII names; no chain, glob or fragment parsing, no
 percent-decoding, no `~` expansion). Anything else with "://" goes through fsspec (chains included).
 
-Segments (a row with an offset or a duration) are read by byte range where libsndfile seeks cheaply, measured
-on 2 minutes of 16 kHz speech, a 3 s segment at 10, 61 and 110 s: WAV (PCM, float, u-law, IMA ADPCM), W64, RF64,
-AIFF, AU and CAF (PCM, ALAC) read the segment and the header, FLAC that plus 16-32 KB of seek probes (a 3 s
-segment: 90 KB of a 2.3 MB file), all sample-exact against the whole file decoded (`_RANGE_FORMATS`). Other
-formats are fetched whole, once for all of a file's rows in a batch: Ogg Vorbis and Opus seek by bisection
-(160-180 KB for that 3 s segment, 8-10 times its bytes), MP3 read 94% of the file to seek. A remote file whose
-size the backend does not tell is read whole too (`read_bytes`). The rows of one batch that name one file share
-one open of it and are read in order of offset through a cache of what was fetched (`_RangeReader`, sized by what
-the decoder is about to decode), so neighbouring cuts fetch their common bytes once: 100 cuts tiling a 3-minute
-recording, in batches of 16, fetch 1.06x its bytes as FLAC and 1.02x as WAV from S3
-(tests/pipeline/io/test_audio_read.py). A row's range reads are bounded together as one fetch is: they wait at
-most `read_timeout_s` in all and fetch at most `max_file_bytes + 1` bytes (a FLAC whose seek table lies gets a
-clear error, "cannot reach offset", having read little); a read that times out or fails fails its row and the
-file's rows after it in the batch.
+Segments (a row with an offset or a duration) are read by byte range where libsndfile seeks cheaply: WAV (PCM,
+float, u-law, IMA ADPCM), W64, RF64, AIFF, AU and CAF (PCM, ALAC) read the segment and the header, FLAC that plus a
+few seek probes, all sample-exact against the whole file decoded (`RANGE_FORMATS`). Other formats are fetched
+whole, once for all of a file's rows in a batch: Ogg Vorbis and Opus seek by bisection, reading several times a
+short segment's bytes, and MP3 reads most of the file to seek (measured in docs/benchmarks.md, "Reading segments
+by byte range"). A remote file whose size the backend does not tell is read whole too (`read_bytes`). The rows of
+one batch that name one file share one open of it and are read in order of offset through a cache of what was
+fetched (`RangeReader`, sized by what the decoder is about to decode), so neighbouring cuts fetch their common
+bytes about once (tests/pipeline/io/test_audio_read.py bounds it at 1.2x). A row's range reads are bounded
+together as one fetch is: they wait at most `read_timeout_s` in all and fetch at most `max_file_bytes + 1` bytes (a
+FLAC whose seek table lies gets a clear error, "cannot reach offset", having read little); a read that times out or
+fails fails its row and the file's rows after it in the batch.
 
 Timeouts: a fetch (a whole file, or one byte range) runs in a daemon worker thread, reused between files
 (`_FetchThreads`), and the caller waits at most `read_timeout_s`. A read that outlives it cannot be interrupted:
@@ -66,7 +65,7 @@ DEFAULT_LIMITS = InputConfig()
 _READ_CHUNK_BYTES = 8 << 20  # one read call of a fetch; an abandoned fetch stops at the next one
 # formats read by range (libsndfile seeks in them reading about what a segment needs: measured, module docstring);
 # libsndfile's names (`SoundFile.format`). Others are fetched whole, once for all the rows of the file in a batch.
-_RANGE_FORMATS = frozenset({"WAV", "WAVEX", "W64", "RF64", "AIFF", "AU", "CAF", "FLAC"})
+RANGE_FORMATS = frozenset({"WAV", "WAVEX", "W64", "RF64", "AIFF", "AU", "CAF", "FLAC"})
 _MIN_FETCH_BYTES = 16 << 10  # a range read that nothing predicts: a header, a seek probe
 _MAX_FETCH_BYTES = _READ_CHUNK_BYTES
 _CACHE_BYTES = 3 * _MAX_FETCH_BYTES  # what one open file keeps of what it fetched
@@ -78,6 +77,12 @@ class AudioError(Exception):
 
 
 _OBJECT_REPR = re.compile(r"<[^<>]*\bat 0x[0-9a-fA-F]+>|<_io\.[^<>]*>")
+
+
+def without_object_reprs(message: str) -> str:
+    """`message` without the reprs of objects in it (`<_io.BytesIO object at 0x...>`): what a user reads names the
+    file, never a Python object."""
+    return _OBJECT_REPR.sub("", message)
 
 
 def read_bytes(uri: str, limits: InputConfig = DEFAULT_LIMITS) -> bytes:
@@ -114,7 +119,7 @@ def _read_error(uri: str, error: Exception) -> AudioError:
     if isinstance(error, OSError):
         return AudioError(f"{uri}: cannot read ({type(error).__name__}: {error.strerror or error})")
     # fsspec backends raise their own types (botocore, gcsfs, aiohttp ...)
-    return AudioError(f"{uri}: cannot read ({type(error).__name__}: {_OBJECT_REPR.sub('', str(error))})")
+    return AudioError(f"{uri}: cannot read ({type(error).__name__}: {without_object_reprs(str(error))})")
 
 
 _FILE_KINDS = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
@@ -199,7 +204,7 @@ def _read_capped(handle: Any, uri: str, max_bytes: int, abandoned: threading.Eve
 # ---- range reads: a file opened once for the rows of a batch, read by byte range on demand
 
 
-def _open_source(uri: str, max_bytes: int, abandoned: threading.Event) -> _Source | bytes:
+def open_source(uri: str, max_bytes: int, abandoned: threading.Event) -> _Source | bytes:
     """Runs in a fetch thread: the file opened for range reads, or, where a remote backend cannot tell its size,
     its bytes (read whole, capped). Refuses what `read_bytes` refuses, before opening it."""
     try:
@@ -213,7 +218,7 @@ def _open_source(uri: str, max_bytes: int, abandoned: threading.Event) -> _Sourc
             if size is None:
                 with filesystem.open(path, "rb") as handle:
                     return _read_capped(handle, uri, max_bytes, abandoned)
-            try:  # each read one ranged request: `_RangeReader` decides what to fetch and keeps it
+            try:  # each read one ranged request: `RangeReader` decides what to fetch and keeps it
                 handle = filesystem.open(path, "rb", cache_type="none")
             except TypeError:  # a backend whose open takes no cache options
                 handle = filesystem.open(path, "rb")
@@ -272,7 +277,7 @@ class _Source:
                 pass
 
 
-class _RangeReader(io.RawIOBase):
+class RangeReader(io.RawIOBase):
     """A seekable, read-only view of a `_Source` that libsndfile reads through: what it reads is fetched by byte
     range on demand, in the fetch threads, and kept in a small cache of extents (at most `_CACHE_BYTES`), so that
     the next cut of the same file finds its start (and libFLAC its seek probes) already there.
@@ -424,7 +429,7 @@ class _RangeReader(io.RawIOBase):
         `failure` set."""
         stop = min(stop, start + self.limits.max_file_bytes + 1 - self._row_bytes)
         try:
-            data = _call_within(self._deadline, self.limits, self.uri, self.source.read, start, stop)
+            data = call_within(self._deadline, self.limits, self.uri, self.source.read, start, stop)
         except AudioError as error:
             self.failure = self._broken = error
             return None
@@ -443,7 +448,7 @@ class _RangeReader(io.RawIOBase):
         return data
 
 
-def _call_within(deadline: float, limits: InputConfig, uri: str, function: Callable[..., Any], *args: Any) -> Any:
+def call_within(deadline: float, limits: InputConfig, uri: str, function: Callable[..., Any], *args: Any) -> Any:
     """`function(*args, abandoned)` in a fetch thread, waited on until `deadline` (`time.monotonic()`); its
     exception, or "read timed out" (the thread abandoned, `abandoned` set), is raised as AudioError."""
     abandoned = threading.Event()

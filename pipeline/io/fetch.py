@@ -1,31 +1,23 @@
 """Files from local or fsspec storage (checkpoints, LMs), fetched once per node into a content-addressed cache.
 
-A remote file is downloaded once per node into `blobs/<sha256><suffix>`, under a file lock and with an atomic
-rename, so concurrent actors on one node share one copy and never read a partial file. An expected sha256,
-when given, is checked before the file is handed to anyone (a `.nemo` is unpickled only after that).
+A remote file is downloaded once per node into a fetch store's `blobs/<sha256><suffix>` (`pipeline/io/cache.py`),
+under a file lock and with an atomic rename, so concurrent actors on one node share one copy and never read a
+partial file; a local path or `file://` URI (`pipeline.io.uris.local_path`) is used where it is. An expected
+sha256, when given, is checked before the file is handed to anyone (a `.nemo` is unpickled only after that).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-DEFAULT_CACHE_DIR = Path.home() / ".cache" / "loopscribe" / "models"
+from pipeline.io.cache import DEFAULT_MODELS_DIR, file_lock, store_dirs
+from pipeline.io.uris import local_path
+
 _CHUNK_BYTES = 8 << 20
-
-
-def _is_local(uri: str) -> bool:
-    return "://" not in uri or uri.startswith("file://")
-
-
-def _local_path(uri: str) -> Path:
-    return Path(uri[len("file://"):] if uri.startswith("file://") else uri).expanduser()
 
 
 def file_sha256(path: Path) -> str:
@@ -36,37 +28,26 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock held across processes on this node (released if the holder dies)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _write_atomically(path: Path, text: str) -> None:
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, prefix=".tmp-") as handle:
         handle.write(text)
     os.replace(handle.name, path)
 
 
-def fetch_file(uri: str, sha256: str | None = None, cache_dir: Path | str = DEFAULT_CACHE_DIR,
-                suffix: str = ".nemo") -> Path:
+def fetch_file(uri: str, sha256: str | None = None, cache_dir: Path | str = DEFAULT_MODELS_DIR,
+               suffix: str = ".nemo") -> Path:
     """A local path holding the file at `uri` (a checkpoint, or an LM): the file itself if local, else a
-    node-local cached copy named `<sha256><suffix>`.
+    node-local cached copy named `<sha256><suffix>` in the fetch store `cache_dir` (`pipeline/io/cache.py`).
 
-    The cache is content-addressed: `blobs/<sha256>.nemo` holds the bytes, and `refs/<key>.json` maps a
-    remote object (URI, size and ETag or mtime) to its blob, so an object that changes is downloaded again.
+    The store is content-addressed: a ref maps a remote object (URI, size and ETag or mtime) to the blob of its
+    bytes, so an object that changes is downloaded again.
     A download streams into a temporary file beside the blob while hashing, checks `sha256` if given, and
     renames into place; the per-object lock makes concurrent callers wait for one download.
     """
     expected = sha256.lower() if sha256 else None
-    if _is_local(uri):
-        path = _local_path(uri)
+    local = local_path(uri)
+    if local is not None:
+        path = Path(local).expanduser()
         if not path.is_file():
             raise FileNotFoundError(f"no file at {uri}")
         if expected is not None and file_sha256(path) != expected:
@@ -75,8 +56,7 @@ def fetch_file(uri: str, sha256: str | None = None, cache_dir: Path | str = DEFA
 
     import fsspec
 
-    cache = Path(cache_dir)
-    blobs, refs, locks = cache / "blobs", cache / "refs", cache / "locks"
+    blobs, refs, locks = store_dirs(cache_dir)
     for folder in (blobs, refs, locks):
         folder.mkdir(parents=True, exist_ok=True)
     if expected is not None and (blobs / f"{expected}{suffix}").is_file():
@@ -88,7 +68,7 @@ def fetch_file(uri: str, sha256: str | None = None, cache_dir: Path | str = DEFA
     version = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified") or ""
     key = hashlib.sha256(f"{uri}\n{info.get('size')}\n{version}".encode()).hexdigest()
     ref = refs / f"{key}.json"
-    with _file_lock(locks / f"{key}.lock"):
+    with file_lock(locks / f"{key}.lock"):
         if ref.is_file():
             digest = json.loads(ref.read_text())["sha256"]
             blob = blobs / f"{digest}{suffix}"

@@ -62,7 +62,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from decoders.boosting.phrase_list import PhraseListError, split_phrase
+from decoders.boosting import PhraseListError, split_phrase
 from pipeline import schema
 from pipeline.io.manifest_file import LIMIT_REACHED, SURROGATE, Broken, cause, decode_line, manifest_lines
 from pipeline.io.uris import expand_manifest_uris, resolve_audio_path

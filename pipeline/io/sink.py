@@ -140,9 +140,10 @@ class IdSet:
     """A set of utterance ids held as one sorted array of their UTF-8 bytes (numpy, fixed width).
 
     What a rerun skips: the resume scan of an output of millions of rows, which the driver holds and every
-    manifest-reading task receives. As Python strings in a `set` a million ids take about 110 MB, pickled and
-    unpickled string by string; here they take their own bytes (32 MB a million of loopscribe's 32-hex-digit ids)
-    and travel as one buffer. `contains` answers for many ids at once (a binary search each); `in` for one.
+    manifest-reading task receives. As Python strings in a `set` the ids take several times their bytes, pickled
+    and unpickled string by string; here they take their own bytes and travel as one buffer (measured in
+    docs/benchmarks.md, "The dedupe's memory on a million rows"). `contains` answers for many ids at once (a
+    binary search each); `in` for one.
     An id must not end in NUL bytes (numpy's fixed-width bytes drop them); loopscribe's ids are hex digits.
     """
 

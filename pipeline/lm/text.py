@@ -25,11 +25,12 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from decoders.pieces import WORD_START
+
 SHOWN_EXAMPLES = 3  # unencodable lines quoted in a message
 MAX_UNENCODABLE_SHARE = 0.5  # past this share of lines with characters the tokenizer lacks, the text is refused
 _NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(st|nd|rd|th)?(?![\w])")
 _SPACES = re.compile(r"\s+")
-_WORD_START = "\u2581"  # SentencePiece's word-start mark
 
 
 @dataclass
@@ -48,7 +49,7 @@ class TextNormaliser:
     """Normalises lines for one tokenizer, described by its pieces (SentencePiece pieces, `▁` for a word start)."""
 
     def __init__(self, pieces: Iterable[str]) -> None:
-        characters = {char for piece in pieces if not _is_control(piece) for char in piece.replace(_WORD_START, "")}
+        characters = {char for piece in pieces if not _is_control(piece) for char in piece.replace(WORD_START, "")}
         self.alphabet = frozenset(characters)
         letters = [c for c in characters if c.isalpha()]
         self.lowercase = bool(letters) and not any(c.isupper() for c in letters)
@@ -61,7 +62,7 @@ class TextNormaliser:
         """The normaliser of a `.nemo` file's SentencePiece tokenizer (read without NeMo)."""
         import sentencepiece
 
-        from pipeline.model.nemo_file import sentencepiece_model
+        from pipeline.model import sentencepiece_model
 
         processor = sentencepiece.SentencePieceProcessor(model_proto=sentencepiece_model(nemo_path))
         return cls(processor.id_to_piece(i) for i in range(processor.get_piece_size()))

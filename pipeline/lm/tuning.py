@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pipeline.decoding.plan import STRATEGIES, DecodingConfig, decode_in_process, plan_decoding
+from pipeline.decoding import STRATEGIES, DecodingConfig, decode_in_process, plan_decoding
 
 COARSE_WEIGHTS = (0.25, 0.5, 1.0, 1.5, 2.0)
 # boost weights: the picks of benchmarks/boosting.py on the bundled domain set were 0.25-0.75 by strategy, and greedy
@@ -63,7 +63,7 @@ class EncodedSet:
 def encode_set(model, waveforms: Sequence, references: Sequence[str], batch_size: int = 16,
                sample_rate: int = 16000) -> EncodedSet:
     """Waveforms (float32 at the model's rate) -> an `EncodedSet`; longest first, so that batches pad little."""
-    from pipeline.decoding.recognize import pad_waveforms
+    from pipeline.decoding import pad_waveforms
 
     order = sorted(range(len(waveforms)), key=lambda i: len(waveforms[i]), reverse=True)
     batches = []

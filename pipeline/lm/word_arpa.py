@@ -1,17 +1,17 @@
 """`--lm` with a word-level ARPA file: converted to a token-level LM for the model's tokenizer, and cached.
 
-The conversion was chosen by measurement (`benchmarks/word_lm.py`; figures in `docs/lm_bias.md`): sentences
-drawn from the word LM as its back-off formula defines it (`decoders/ngram/word_lm.py::sample_word_sentences`),
-normalised and tokenized as the tokenizer's training text was, and a token LM of order 6 estimated from them by
-the builder of `jobs/build_lm.py` (KenLM's lmplz if on PATH, else varikn: modified Kneser-Ney). It matched the
-held-out perplexity and the domain WER of a token LM estimated from the word LM's own training text, where
-spelling every word n-gram out in tokens (`spell_word_lm`, the other candidate, kept for the benchmark) lost
-12% in perplexity and a quarter of the beam search's WER gain, as the word LM itself does on names it never saw.
+The conversion was chosen by measurement (`benchmarks/word_lm.py`; measured in docs/benchmarks.md, "Word-level
+ARPA -> token LM", and read in docs/lm_bias.md): sentences drawn from the word LM as its back-off formula defines it
+(`decoders/ngram/word_lm.py::sample_word_sentences`), normalised and tokenized as the tokenizer's training text
+was, and a token LM of order 6 estimated from them by the builder of `pipeline/lm/build.py` (KenLM's lmplz if on
+PATH, else varikn: modified Kneser-Ney). It matched the held-out perplexity and the domain WER of a token LM
+estimated from the word LM's own training text, where spelling every word n-gram out in tokens (`spell_word_lm`,
+the other candidate, kept for the benchmark) lost on both, as the word LM itself does on names it never saw.
 
-The converted LM is written to `<cache_dir>/word_lms/<key>.lm`, the key being the sha256 of the word ARPA's
-bytes, the tokenizer's identity (the sha256 of its SentencePiece model), the conversion, its version and the
-token order; a later load with the same reads the binary instead of converting again. Concurrent loads on a
-node convert once (a file lock) and never read a partial file (an atomic rename).
+The converted LM is written to `<cache_dir>/lms/word_lms/<key>.lm` (`pipeline/io/cache.py`), the key being the
+sha256 of the word ARPA's bytes, the tokenizer's identity (the sha256 of its SentencePiece model), the conversion,
+its version and the token order; a later load with the same reads the binary instead of converting again.
+Concurrent loads on a node convert once (a file lock) and never read a partial file (an atomic rename).
 
 A word is normalised as the tokenizer's training text was (`pipeline/lm/text.py`: a word-level ARPA in capitals
 serves a lowercase model); a sentence with a word the tokenizer can only spell with `<unk>` is left out.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from decoders.ngram.lm import NgramLm
+from decoders.ngram import NgramLm
 
 Conversion = Literal["sample", "spell"]
 CONVERSION: Conversion = "sample"  # the measured choice (module docstring)
@@ -74,7 +74,7 @@ def model_speller(tokenizer: Any) -> WordSpeller:
     import sentencepiece
 
     if isinstance(tokenizer, (str, Path)):
-        from pipeline.model.nemo_file import sentencepiece_model
+        from pipeline.model import sentencepiece_model
 
         processor = sentencepiece.SentencePieceProcessor(model_proto=sentencepiece_model(tokenizer))
     elif isinstance(tokenizer, sentencepiece.SentencePieceProcessor):
@@ -101,8 +101,7 @@ def convert_word_arpa(path: str | Path, speller: WordSpeller, vocab_size: int, o
                       work_dir: str | Path | None = None) -> dict[str, Any]:
     """A word-level ARPA file -> the binary of a token-level LM for labels 0 .. vocab_size - 1 at `output`, by
     `conversion` ("sample": `sentences` drawn, by default `sentences_to_draw`; "spell"). Returns what it did."""
-    from decoders.ngram.arpa import write_arpa
-    from decoders.ngram.word_lm import read_word_arpa, sample_word_sentences, spell_word_lm
+    from decoders.ngram import read_word_arpa, sample_word_sentences, spell_word_lm, write_arpa
 
     word_lm = read_word_arpa(path)
     report: dict[str, Any] = {"conversion": conversion, "word_ngrams": len(word_lm.ngrams)}
@@ -113,7 +112,7 @@ def convert_word_arpa(path: str | Path, speller: WordSpeller, vocab_size: int, o
             write_arpa(token_arpa, spell_word_lm(word_lm, speller, order=order))
             lm = NgramLm.from_arpa(token_arpa, vocab_size)
         elif conversion == "sample":
-            from jobs.build_lm import build_lm  # the builder users build token LMs with; TODO(21): into pipeline/
+            from pipeline.lm.build import build_lm  # the builder users build token LMs with
 
             count = sentences if sentences is not None else sentences_to_draw(len(word_lm.ngrams))
             text, kept = scratch / "sampled.txt", 0
@@ -143,16 +142,16 @@ def convert_word_arpa(path: str | Path, speller: WordSpeller, vocab_size: int, o
 
 def load_word_arpa(path: str | Path, speller: WordSpeller, vocab_size: int, cache_dir: str | Path,
                    order: int = TOKEN_ORDER) -> NgramLm:
-    """The token-level LM of the word-level ARPA at a local `path`: memory-mapped from the cache where it was
-    converted before, else converted now (`CONVERSION`) and cached."""
-    from pipeline.io.fetch import _file_lock, file_sha256
+    """The token-level LM of the word-level ARPA at a local `path`: memory-mapped from the cache under the root
+    `cache_dir` where it was converted before, else converted now (`CONVERSION`) and cached."""
+    from pipeline.io import file_lock, file_sha256, word_lms_dir
 
-    folder = Path(cache_dir) / "word_lms"
+    folder = word_lms_dir(cache_dir)
     folder.mkdir(parents=True, exist_ok=True)
     key = conversion_key(file_sha256(Path(path)), speller, order)
     target = folder / f"{key}.lm"
     if not target.is_file():
-        with _file_lock(folder / f"{key}.lock"):
+        with file_lock(folder / f"{key}.lock"):
             if not target.is_file():  # else converted by another process while this one waited
                 with tempfile.NamedTemporaryFile(dir=folder, delete=False, prefix=".convert-", suffix=".lm") as tmp:
                     pass

@@ -7,24 +7,30 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
-from pipeline.decoding.calibration import Calibration, load_calibration, measure_of
 from pipeline.config import ModelConfig
-from pipeline.decoding.plan import DecodingPlan
-from pipeline.io.fetch import fetch_file, file_sha256
-from pipeline.model.nemo_file import LayoutUnavailable, ModelLayout, read_model_layout
-from pipeline.model.nemo import AsrModel, load_asr_model
+from pipeline.decoding import Calibration, DecodingPlan, load_calibration, measure_of
+from pipeline.io import fetch_file, file_sha256, models_dir
 from pipeline.io.redact import redact
+from pipeline.model.nemo import AsrModel, load_asr_model
+from pipeline.model.nemo_file import LayoutUnavailable, ModelLayout, read_model_layout
+
+
+def fetch_model(model: ModelConfig) -> Path:
+    """The model's file on this node (fetched once per node into the cache's models store), its sha256 checked
+    where the config pins one."""
+    return fetch_file(model.uri, sha256=model.sha256, cache_dir=models_dir(model.cache_dir))
 
 
 def load_model(model: ModelConfig, device: str) -> AsrModel:
-    return load_asr_model(model.uri, sha256=model.sha256, cache_dir=f"{model.cache_dir}/models", device=device)
+    return load_asr_model(model.uri, sha256=model.sha256, cache_dir=models_dir(model.cache_dir), device=device)
 
 
 def load_layout(model: ModelConfig, device: str = "cpu") -> AsrModel | ModelLayout:
     """The model's tokenizer, frame timing and head layout, read from the `.nemo` file without NeMo; the whole
     model only where the file holds something `read_model_layout` does not read (another tokenizer type)."""
-    path = fetch_file(model.uri, sha256=model.sha256, cache_dir=f"{model.cache_dir}/models")
+    path = fetch_model(model)
     try:
         return read_model_layout(path)
     except LayoutUnavailable:
@@ -35,7 +41,7 @@ def model_sha256(model: ModelConfig) -> str:
     """The sha256 of the model's file: the pinned one, else hashed from the (cached) file."""
     if model.sha256:
         return model.sha256.lower()
-    return file_sha256(fetch_file(model.uri, cache_dir=f"{model.cache_dir}/models"))
+    return file_sha256(fetch_model(model))
 
 
 def load_checked_calibration(model: ModelConfig, plan: DecodingPlan) -> Calibration | None:
@@ -84,4 +90,5 @@ class BackgroundLoad:
         return self._result
 
 
-__all__ = ["BackgroundLoad", "ModelLoadError", "load_checked_calibration", "load_layout", "load_model", "model_sha256"]
+__all__ = ["BackgroundLoad", "ModelLoadError", "fetch_model", "load_checked_calibration", "load_layout", "load_model",
+           "model_sha256"]

@@ -29,9 +29,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from decoders.transducer.lstm_step import LstmStep
 from decoders.protocols import PredictorState
-from pipeline.io.fetch import DEFAULT_CACHE_DIR, fetch_file
+from decoders.transducer import LstmStep
+from pipeline.io import DEFAULT_MODELS_DIR, fetch_file
 from pipeline.model.nemo_file import Head, model_facts
 
 
@@ -287,9 +287,10 @@ def _nemo_quiet() -> Iterator[None]:
         one_logger.setLevel(one_logger_level)
 
 
-def load_asr_model(uri: str, sha256: str | None = None, cache_dir: Path | str = DEFAULT_CACHE_DIR,
+def load_asr_model(uri: str, sha256: str | None = None, cache_dir: Path | str = DEFAULT_MODELS_DIR,
                    device: str | torch.device = "cpu") -> AsrModel:
-    """Fetch (once per node) and load a NeMo RNN-T, TDT, CTC or hybrid `.nemo`. Load only trusted files."""
+    """Fetch (once per node, into the fetch store `cache_dir`) and load a NeMo RNN-T, TDT, CTC or hybrid `.nemo`.
+    Load only trusted files."""
     path = fetch_file(uri, sha256=sha256, cache_dir=cache_dir)
     with _nemo_quiet():
         from nemo.collections.asr.models import ASRModel

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from decoders.pieces import WORD_START
+
 Head = Literal["transducer", "ctc"]
 DEFAULT_MAX_SYMBOLS = 10  # NeMo's per-frame label limit when a checkpoint names none
 
@@ -159,7 +161,7 @@ class SentencePieceText:
 
 
 def _is_special_piece(piece: str) -> bool:
-    return (piece.strip() == "" or piece.startswith(("\u2581", "##"))
+    return (piece.strip() == "" or piece.startswith((WORD_START, "##"))
             or (piece.startswith("[") and piece.endswith("]")) or (piece.startswith("<") and piece.endswith(">")))
 
 

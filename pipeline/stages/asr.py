@@ -1,4 +1,4 @@
-"""The ASR stage (`TranscribeBatch`, stage 3 of `pipeline/stages/rows.py`): the one stage that loads the model."""
+"""The ASR stage (`TranscribeBatch`, stage 3 of `pipeline/stages/__init__.py`): the one stage that loads the model."""
 
 from __future__ import annotations
 
@@ -10,17 +10,19 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from decoders.pieces import WORD_START
 from pipeline import schema
-from pipeline.model.actor import BackgroundLoad, load_model
-from pipeline.io.audio import AudioError, LoadedAudio, load_audio_batch
-from pipeline.stages.bucketing import padded_seconds, plan_batches
-from pipeline.stages.chunks import Chunk, ChunkTokens, frame_energies_db, merge_compact_ctc, merge_tokens, plan_chunks
 from pipeline.config import InputConfig, LongAudioConfig, ModelConfig, ResourcesConfig
-from pipeline.decoding.plan import DecodingPlan, compact_ctc_log_probs
-from pipeline.decoding.fusion import load_fusion_parts
-from pipeline.model.nemo import AsrModel
-from pipeline.decoding.recognize import pad_waveforms
-from pipeline.decoding.row_phrases import PhraseSet, StagePhrases
+from pipeline.decoding import (
+    DecodingPlan,
+    PhraseSet,
+    StagePhrases,
+    compact_ctc_log_probs,
+    load_fusion_parts,
+    pad_waveforms,
+)
+from pipeline.io import AudioError, LoadedAudio, load_audio_batch
+from pipeline.model import AsrModel, BackgroundLoad, load_model
 from pipeline.schema import (
     AUDIO_S,
     CHUNKED_READ,
@@ -36,6 +38,8 @@ from pipeline.schema import (
     TOKEN_FRAMES,
     TOKENS,
 )
+from pipeline.stages.bucketing import padded_seconds, plan_batches
+from pipeline.stages.chunks import Chunk, ChunkTokens, frame_energies_db, merge_compact_ctc, merge_tokens, plan_chunks
 from pipeline.stages.rows import ENERGY_FRAMES_PER_S, mark_failed, ok_rows, set_column
 
 ModelLoader = Callable[[ModelConfig, str], AsrModel]
@@ -69,6 +73,17 @@ class TranscribeBatch:
     row's (`pipeline/decoding/row_phrases.py`); a row whose phrases the tokenizer cannot write becomes an error row.
     """
 
+    @staticmethod
+    def cpus(resources: ResourcesConfig, device: str) -> float:
+        """CPUs reserved per ASR actor: `resources.asr_actor_cpus`, else a whole one beside a GPU, and half of one
+        where the actor itself is on a CPU (its torch threads use what the machine has)."""
+        return resources.asr_actor_cpus or (1.0 if device == "cuda" else 0.5)
+
+    @staticmethod
+    def gpus(device: str) -> int:
+        """GPUs reserved per ASR actor: one on a GPU cluster."""
+        return 1 if device == "cuda" else 0
+
     def __init__(self, model: ModelConfig, plan: DecodingPlan, resources: ResourcesConfig,
                  long_audio: LongAudioConfig | None = None, limits: InputConfig | None = None,
                  load: ModelLoader = load_model) -> None:
@@ -91,7 +106,7 @@ class TranscribeBatch:
         if self.long_audio.attention == "local":
             model.use_local_attention(self.long_audio.local_context)
         pieces = model.tokenizer.ids_to_pieces(range(model.tokenizer.vocab_size))
-        self.word_start = np.array([piece.startswith("\u2581") for piece in pieces], dtype=bool)
+        self.word_start = np.array([piece.startswith(WORD_START) for piece in pieces], dtype=bool)
         if not self.plan.writer_searches:
             self.row_phrases.parts = load_fusion_parts(self.plan, model, self.model_config.cache_dir)
             self.decode = self.plan.build_decoder(model, self.plan.fusion_model(*self.row_phrases.parts))

@@ -1,5 +1,5 @@
-"""The writer stage (`FinishAndWrite`, stage 4 of `pipeline/stages/rows.py`): text, word timestamps and confidence, and
-one committed Parquet part per batch. It reads the tokenizer from the `.nemo` file, without NeMo."""
+"""The writer stage (`FinishAndWrite`, stage 4 of `pipeline/stages/__init__.py`): text, word timestamps and
+confidence, and one committed Parquet part per batch. It reads the tokenizer from the `.nemo` file, without NeMo."""
 
 from __future__ import annotations
 
@@ -10,17 +10,19 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import schema
-from pipeline.io import sink
-from pipeline.model.actor import BackgroundLoad, load_checked_calibration, load_layout
-from pipeline.decoding.calibration import Calibration
 from pipeline.config import ModelConfig
-from pipeline.decoding.plan import DecodingPlan
-from pipeline.decoding.fusion import load_fusion_parts
-from pipeline.model.nemo_file import ModelLayout
-from pipeline.model.nemo import AsrModel
-from pipeline.decoding.recognize import head_agreement, transcript_of
+from pipeline.decoding import (
+    Calibration,
+    DecodingPlan,
+    StagePhrases,
+    head_agreement,
+    load_fusion_parts,
+    phrase_set,
+    transcript_of,
+)
+from pipeline.io import sink
 from pipeline.io.redact import redact
-from pipeline.decoding.row_phrases import StagePhrases, phrase_set
+from pipeline.model import AsrModel, BackgroundLoad, ModelLayout, load_checked_calibration, load_layout
 from pipeline.schema import (
     AUDIO_S,
     COMMITTED_AT,
@@ -50,6 +52,13 @@ class FinishAndWrite:
     import and no weights in this actor. For `ctc_beam`, rows listing phrases of their own are searched with them
     (`pipeline/decoding/row_phrases.py`).
     """
+
+    @staticmethod
+    def cpus(plan: DecodingPlan) -> float:
+        """CPUs reserved per writer actor: detokenization and writes take a quarter of one. A writer search (CTC
+        beam) is real CPU work: a whole CPU per writer on a GPU cluster; on a CPU-only machine the ASR actors share
+        the same few cores, and a whole CPU more would leave none for the manifest reader."""
+        return 1.0 if plan.writer_searches and plan.device == "cuda" else 0.25
 
     def __init__(self, model: ModelConfig, plan: DecodingPlan, output: str, model_id: str,
                  load: Callable[[ModelConfig, str], AsrModel | ModelLayout] = load_layout, nice_steps: int = 0) -> None:

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.s3_server import S3_ENVIRONMENT
+
 REPOSITORY = Path(__file__).resolve().parents[2]
 VENV_BIN = REPOSITORY / ".venv" / "bin"
 PYTHON = str(VENV_BIN / "python")
@@ -30,12 +32,6 @@ DASHBOARD_PORT = 8265
 MOTO_PORT = 5000
 PROXY_PORT = 5001
 BUCKET = "lsc"
-S3_ENVIRONMENT = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_EC2_METADATA_DISABLED": "true",
-}
 
 
 def run(command: list[str], timeout_s: float = 60, check: bool = True, **kwargs) -> subprocess.CompletedProcess:

@@ -12,9 +12,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -150,22 +148,11 @@ def sets(tmp_path_factory):
             "corpus": addressed(DOMAIN / "test.json", names, 3, folder, "corpus.json")}
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    temp_dir = Path("/tmp") / f"lsp{os.getpid()}"
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=str(temp_dir),
-             logging_level="WARNING", log_to_driver=False)
-    from ray.data import DataContext
-
-    DataContext.get_current().enable_progress_bars = False
-    yield
-    ray.shutdown()
-    shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-def test_a_bad_phrase_list_is_refused_before_any_cluster_work(sets, tmp_path):
+def test_a_bad_phrase_list_is_refused_before_any_cluster_work(sets, tmp_path, monkeypatch):
     from jobs.lm_bias import main
+
+    joined = []  # the clusters the job joins: none (the session's Ray may be up already, tests/conftest.py)
+    monkeypatch.setattr("pipeline.graph.connect_ray", joined.append)
 
     blank = tmp_path / "blank.txt"
     blank.write_text("rachel perkins\n\nkatherine robinson\n")
@@ -184,8 +171,7 @@ def test_a_bad_phrase_list_is_refused_before_any_cluster_work(sets, tmp_path):
         with pytest.raises(SystemExit, match=message):
             main([*argv, "--dev", str(sets["dev"]), "--strategies", "greedy", "--output", str(tmp_path / "out")])
         assert not (tmp_path / "out").exists()  # refused before anything was built, tuned or written
-    ray = pytest.importorskip("ray")
-    assert not ray.is_initialized()  # this test runs before the module's Ray fixture starts
+    assert joined == []
 
 
 def run_job(sets, output, *extra):

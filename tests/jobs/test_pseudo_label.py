@@ -25,26 +25,11 @@ pytestmark = [pytest.mark.ray, pytest.mark.nemo, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def s3():
-    """A moto S3 bucket on 127.0.0.1, started before Ray so that its workers inherit the endpoint."""
-    from tests.support.s3_server import moto_s3
+def nightly_bucket(s3):
+    """The bucket `nightly` on the session's S3 server, which the session's Ray workers reach (tests/conftest.py)."""
+    from tests.support.s3_server import create_bucket
 
-    with moto_s3("nightly") as endpoint:
-        yield endpoint
-
-
-@pytest.fixture(scope="module")
-def ray_cluster(s3):
-    ray = pytest.importorskip("ray")
-    temp_dir = Path("/tmp") / f"lsp{os.getpid()}"
-    ray.init(num_cpus=3, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=str(temp_dir),
-             logging_level="WARNING", log_to_driver=False)
-    from ray.data import DataContext
-
-    DataContext.get_current().enable_progress_bars = False
-    yield
-    ray.shutdown()
-    shutil.rmtree(temp_dir, ignore_errors=True)
+    create_bucket("nightly")
 
 
 def copies(files, folder: Path, start: int, count: int) -> None:
@@ -167,7 +152,7 @@ def test_audio_unreadable_one_night_is_labelled_the_night_it_reads(ray_cluster, 
     assert len(trained) == len(set(trained))
 
 
-def test_on_s3_a_second_night_labels_only_the_new_files(ray_cluster, s3, nemo_assets, tmp_path):
+def test_on_s3_a_second_night_labels_only_the_new_files(ray_cluster, nightly_bucket, nemo_assets, tmp_path):
     import s3fs
 
     from jobs.pseudo_label import main

@@ -7,8 +7,6 @@ the list, and an output made with other phrases is refused.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -57,22 +55,6 @@ def test_a_missing_list_and_a_zero_weight_are_refused(tmp_path):
                              str(phrases), "--boost-weight", "0"], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "invalid configuration: decoding.phrases_uri (--phrases) needs decoding.boost_weight > 0" in result.stderr
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    import ray
-
-    temp_dir = Path("/tmp") / f"lsb{os.getpid()}"
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=str(temp_dir),
-             logging_level="WARNING", log_to_driver=False)
-    from ray.data import DataContext
-
-    DataContext.get_current().execution_no_progress_timeout_s = 300
-    DataContext.get_current().enable_progress_bars = False
-    yield
-    ray.shutdown()
-    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.mark.ray

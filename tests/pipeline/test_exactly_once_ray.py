@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -29,22 +28,6 @@ pytestmark = [pytest.mark.ray, pytest.mark.nemo, pytest.mark.slow]
 
 RESOURCES = ResourcesConfig(device="cpu", asr_actors=1, audio_actors=1, writer_actors=1, window_rows=16, part_rows=16,
                             batch_audio_s=40.0, torch_threads=1)
-
-
-@pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
-    import ray
-
-    temp_dir = Path("/tmp") / f"lse{os.getpid()}"
-    ray.init(num_cpus=3, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=str(temp_dir),
-             logging_level="WARNING", log_to_driver=False)
-    from ray.data import DataContext
-
-    DataContext.get_current().execution_no_progress_timeout_s = 300  # a hang fails the test instead of waiting
-    DataContext.get_current().enable_progress_bars = False
-    yield
-    ray.shutdown()
-    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def transcribe(manifests, output, nemo_assets, cache_dir, part_rows=16, retry_errors=False):

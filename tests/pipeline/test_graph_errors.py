@@ -4,8 +4,8 @@ text Ray wraps it in, never the wrapper's name alone."""
 from __future__ import annotations
 
 from pipeline.io import sink
-from pipeline.model import actor as actor_models
-from pipeline.graph import _stage_error
+from pipeline.graph import stage_error
+from pipeline.model.actor import ModelLoadError
 
 
 class RayLikeError(Exception):
@@ -20,9 +20,9 @@ def test_the_stage_message_is_found_in_rays_text_or_its_cause():
     text = ("ray::MapWorker(MapBatches(FinishAndWrite)).submit() (pid=1, ip=10.0.0.2)\n  File \"x.py\", line 3\n"
             "pipeline.io.sink.PartWriteError: cannot commit a part to s3://bucket/out/part-1.parquet: "
             "PermissionError: Access Denied")
-    assert _stage_error(RayLikeError(text)) == (
+    assert stage_error(RayLikeError(text)) == (
         "cannot commit a part to s3://bucket/out/part-1.parquet: PermissionError: Access Denied")
-    load = actor_models.ModelLoadError("cannot load the model s3://b/m.nemo: OSError: gone")
-    assert _stage_error(RayLikeError("UserCodeException", cause=load)) == str(load)
-    assert _stage_error(RayLikeError("ZeroDivisionError: a bug")) is None  # a bug keeps its traceback
-    assert _stage_error(sink.PartWriteError("x")) == "x"
+    load = ModelLoadError("cannot load the model s3://b/m.nemo: OSError: gone")
+    assert stage_error(RayLikeError("UserCodeException", cause=load)) == str(load)
+    assert stage_error(RayLikeError("ZeroDivisionError: a bug")) is None  # a bug keeps its traceback
+    assert stage_error(sink.PartWriteError("x")) == "x"

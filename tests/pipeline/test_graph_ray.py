@@ -14,7 +14,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -39,18 +38,14 @@ RESOURCES = ResourcesConfig(device="cpu", asr_actors=1, audio_actors=1, writer_a
 
 
 @pytest.fixture(scope="module")
-def s3(nemo_assets):
-    from tests.support.s3_server import moto_s3
-
-    with moto_s3(BUCKET) as endpoint:
-        yield endpoint
-
-
-@pytest.fixture(scope="module")
 def corpus(s3, nemo_assets):
-    """Uploads audio, bad files, the model and two manifests; returns their URIs and the expected rows."""
+    """Uploads audio, bad files, the model and two manifests to a bucket of the session's S3 server, which the
+    session's Ray workers reach (tests/conftest.py); returns their URIs and the expected rows."""
     import s3fs
 
+    from tests.support.s3_server import create_bucket
+
+    create_bucket(BUCKET)
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     files = nemo_assets["files"]
     for index, path in enumerate(files):
@@ -93,27 +88,6 @@ def corpus(s3, nemo_assets):
     rows = [row for uri in manifests for row in read_manifest(uri)]
     assert len(rows) == 215 and len({r[schema.UTTERANCE_ID] for r in rows}) == 215
     return {"manifests": manifests, "model": f"s3://{BUCKET}/models/rnnt.nemo", "rows": rows}
-
-
-@pytest.fixture(scope="module")
-def ray_cluster(s3, tmp_path_factory):
-    """In-process Ray on 127.0.0.1, started after the S3 variables are set so its workers inherit them.
-
-    Three logical CPUs on this 2-core machine: the job's actors reserve 1.0, which leaves the one whole CPU that
-    splitting the manifest rows into small blocks needs (`graph.read_rows`), as on any real cluster.
-    """
-    import ray
-
-    temp_dir = Path("/tmp") / f"lsr{os.getpid()}"
-    ray.init(num_cpus=3, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=str(temp_dir),
-             logging_level="WARNING", log_to_driver=False)
-    from ray.data import DataContext
-
-    DataContext.get_current().execution_no_progress_timeout_s = 300  # a hang fails the test instead of waiting
-    DataContext.get_current().enable_progress_bars = False
-    yield ray.get_runtime_context().gcs_address
-    ray.shutdown()
-    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def job_config(corpus, output, cache_dir, decoding=None):
@@ -257,7 +231,8 @@ def test_one_manifests_rows_reach_every_audio_actor_in_small_blocks(ray_cluster,
                                                                    monkeypatch):
     from ray.data import ActorPoolStrategy, DataContext
 
-    from pipeline.graph import AUDIO_BATCH_ROWS, read_rows
+    from pipeline.graph import read_rows
+    from pipeline.stages.audio import LoadAudio
 
     manifest = tmp_path / "one_big_manifest.json"
     manifest.write_text("".join(json.dumps({"audio_filepath": f"audio/{i}.wav", "duration": 2.0}) + "\n"
@@ -266,7 +241,7 @@ def test_one_manifests_rows_reach_every_audio_actor_in_small_blocks(ray_cluster,
     # both actors up before any rows go out, so that "one actor did it all" can only mean one block
     monkeypatch.setattr(DataContext.get_current(), "wait_for_min_actors_s", 120)
     rows = read_rows(config, [str(manifest)], spare_cpus).map_batches(
-        _WhoLoads, batch_size=AUDIO_BATCH_ROWS, batch_format="pyarrow", compute=ActorPoolStrategy(size=2),
+        _WhoLoads, batch_size=LoadAudio.BATCH_ROWS, batch_format="pyarrow", compute=ActorPoolStrategy(size=2),
         num_cpus=0.25).take_all()
     ids = [i for row in rows for i in row["ids"]]
     assert len(ids) == len(set(ids)) == 400
@@ -283,7 +258,8 @@ def test_manifests_are_read_while_the_jobs_actors_hold_every_cpu(ray_cluster, tm
     import ray
     from ray.data import ActorPoolStrategy, DataContext
 
-    from pipeline.graph import AUDIO_BATCH_ROWS, read_rows
+    from pipeline.graph import read_rows
+    from pipeline.stages.audio import LoadAudio
 
     manifests = []
     for index in range(2):
@@ -294,7 +270,7 @@ def test_manifests_are_read_while_the_jobs_actors_hold_every_cpu(ray_cluster, tm
     monkeypatch.setattr(DataContext.get_current(), "execution_no_progress_timeout_s", 60)  # a hang fails
     every_cpu = ray.cluster_resources()["CPU"]
     rows = read_rows(config, [str(m) for m in manifests], spare_cpus=0.0).map_batches(
-        _WhoLoads, batch_size=AUDIO_BATCH_ROWS, batch_format="pyarrow", compute=ActorPoolStrategy(size=1),
+        _WhoLoads, batch_size=LoadAudio.BATCH_ROWS, batch_format="pyarrow", compute=ActorPoolStrategy(size=1),
         num_cpus=every_cpu).take_all()
     ids = [i for row in rows for i in row["ids"]]
     assert len(ids) == len(set(ids)) == 80
@@ -305,7 +281,7 @@ class _NiceAudio:
     at which niceness the thread that ran it was."""
 
     def __init__(self, nice_steps: int) -> None:
-        from pipeline.stages.rows import LoadAudio
+        from pipeline.stages.audio import LoadAudio
 
         self.stage = LoadAudio(16_000, nice_steps=nice_steps)
 
@@ -326,7 +302,8 @@ def test_the_audio_actor_runs_its_calls_at_the_lowered_priority(ray_cluster, tmp
     import ray
     from ray.data import ActorPoolStrategy
 
-    from pipeline.graph import AUDIO_BATCH_ROWS, read_rows
+    from pipeline.graph import read_rows
+    from pipeline.stages.audio import LoadAudio
 
     workers = ray.get(ray.remote(lambda: os.getpriority(os.PRIO_PROCESS, 0)).remote())  # Ray's worker niceness
     manifest = tmp_path / "m.json"
@@ -334,7 +311,7 @@ def test_the_audio_actor_runs_its_calls_at_the_lowered_priority(ray_cluster, tmp
                                 for i in range(40)))
     config = TranscribeJobConfig(manifests=(str(manifest),), output=str(tmp_path / "out"))
     rows = read_rows(config, [str(manifest)], spare_cpus=0.0).map_batches(
-        _NiceAudio, fn_constructor_kwargs={"nice_steps": 2}, batch_size=AUDIO_BATCH_ROWS, batch_format="pyarrow",
+        _NiceAudio, fn_constructor_kwargs={"nice_steps": 2}, batch_size=LoadAudio.BATCH_ROWS, batch_format="pyarrow",
         compute=ActorPoolStrategy(size=1), num_cpus=0.25).take_all()
     assert sum(row["rows"] for row in rows) == 40
     assert {row["nice"] for row in rows} == {min(19, workers + 2)}

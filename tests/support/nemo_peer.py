@@ -1,6 +1,6 @@
 """NeMo as the peer of our greedy decoders: NeMo's own `greedy_batch` transcription of audio files with word
 timestamps, and the check that ours gives the same tokens, text and word timestamps (module docstring of
-test_models_nemo.py: why NeMo runs at batch size 1 and on files)."""
+tests/pipeline/model/test_nemo.py: why NeMo runs at batch size 1 and on files)."""
 
 from __future__ import annotations
 

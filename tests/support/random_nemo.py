@@ -186,8 +186,8 @@ def calibrate_emission(nemo_model, waveforms: Sequence[np.ndarray], frames_per_l
     its logits are centered the same way. Then each head's blank bias is bisected.
     """
     from decoders.transducer.greedy import GreedyConfig
-    from pipeline.model.nemo import AsrModel
     from pipeline.decoding.recognize import GreedyRecognizer, pad_waveforms
+    from pipeline.model.nemo import AsrModel
 
     model = AsrModel(nemo_model)
     audio, lengths = pad_waveforms(waveforms)

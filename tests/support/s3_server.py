@@ -15,8 +15,8 @@ S3_ENVIRONMENT = {
 
 
 @contextmanager
-def moto_s3(bucket: str) -> Iterator[str]:
-    """Serve S3 on 127.0.0.1 (a free port) with `bucket` created; yields the endpoint URL."""
+def moto_s3(*buckets: str) -> Iterator[str]:
+    """Serve S3 on 127.0.0.1 (a free port) with `buckets` created; yields the endpoint URL."""
     from moto.server import ThreadedMotoServer
 
     # s3fs caches filesystem instances with the endpoint they were made with: a second server (another port)
@@ -29,9 +29,8 @@ def moto_s3(bucket: str) -> Iterator[str]:
     saved = {name: os.environ.get(name) for name in [*S3_ENVIRONMENT, "AWS_ENDPOINT_URL"]}
     os.environ.update(S3_ENVIRONMENT, AWS_ENDPOINT_URL=endpoint)
     try:
-        import boto3
-
-        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+        for bucket in buckets:
+            create_bucket(bucket)
         yield endpoint
     finally:
         for name, value in saved.items():
@@ -41,6 +40,13 @@ def moto_s3(bucket: str) -> Iterator[str]:
                 os.environ[name] = value
         server.stop()
         _clear_s3fs_instances()
+
+
+def create_bucket(bucket: str) -> None:
+    """Create `bucket` on the S3 server that AWS_ENDPOINT_URL names (one `moto_s3` started)."""
+    import boto3
+
+    boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"]).create_bucket(Bucket=bucket)
 
 
 def _clear_s3fs_instances() -> None:

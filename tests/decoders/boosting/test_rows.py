@@ -72,8 +72,8 @@ class Batch:
 
 
 def fused(boosting, lm, job, sum_of=WeightedSum):
-    """What the plan fuses (pipeline/decoding/plan.py, pipeline/decoding/row_phrases.py): the job's tree plus the rows' (each at 1),
-    with the LM (0.4 and 0.6 of the decoder's weight). References are summed with `ReferenceSum`."""
+    """What the plan fuses (pipeline/decoding/plan.py, pipeline/decoding/row_phrases.py): the job's tree plus the
+    rows' (each at 1), with the LM (0.4 and 0.6 of the decoder's weight). References are summed with `ReferenceSum`."""
     if job is not None:
         boosting = sum_of(job, 1.0, boosting, 1.0)
     return boosting if lm is None else sum_of(lm, 0.4, boosting, 0.6)

@@ -37,7 +37,7 @@ def varikn_word_arpa(tmp_path_factory) -> Path:
     """A word-level trigram LM that varikn writes (its own spelling: spaces, <UNK>, pruned contexts), from 2,000
     lines of the domain text (every third line, so the others are held out)."""
     pytest.importorskip("varikn")
-    from jobs.build_lm import train_varikn
+    from pipeline.lm.build import train_varikn
 
     work = tmp_path_factory.mktemp("varikn_words")
     text = work / "words.txt"
@@ -257,6 +257,7 @@ def speller():
 
 def test_the_converted_lm_is_cached_and_reused(varikn_word_arpa, speller, tmp_path, monkeypatch, fewer_sentences):
     import decoders.ngram.word_lm
+    from pipeline.io.cache import word_lms_dir
     from pipeline.lm.word_arpa import load_word_arpa
 
     calls = []
@@ -271,13 +272,13 @@ def test_the_converted_lm_is_cached_and_reused(varikn_word_arpa, speller, tmp_pa
     first = load_word_arpa(varikn_word_arpa, speller, 256, cache)
     second = load_word_arpa(varikn_word_arpa, speller, 256, cache)
     assert len(calls) == 1  # the second load read the cached binary
-    assert len(list((cache / "word_lms").glob("*.lm"))) == 1
+    assert len(list(word_lms_dir(cache).glob("*.lm"))) == 1
     assert torch.equal(first.tensors.arc_weights, second.tensors.arc_weights)
     # other bytes are another LM
     changed = tmp_path / "changed.arpa"
     changed.write_bytes(varikn_word_arpa.read_bytes().replace(b"\\end\\", b"\n\\end\\"))
     load_word_arpa(changed, speller, 256, cache)
-    assert len(calls) == 2 and len(list((cache / "word_lms").glob("*.lm"))) == 2
+    assert len(calls) == 2 and len(list(word_lms_dir(cache).glob("*.lm"))) == 2
 
 
 def test_load_language_model_tells_and_converts_a_word_level_arpa(varikn_word_arpa, speller, tmp_path,
@@ -298,7 +299,7 @@ def test_load_language_model_tells_and_converts_a_word_level_arpa(varikn_word_ar
     forced = plan_decoding(facts, DecodingConfig(lm_uri=str(varikn_word_arpa), lm_weight=0.5, lm_level="token"))
     with pytest.raises(ValueError, match="word-level ARPA"):  # read as tokens, the words are refused
         load_language_model(forced, 256, str(tmp_path / "cache"), tokenizer=speller.processor)
-    with pytest.raises(ValueError, match="lm_level must be auto, token or word"):
+    with pytest.raises(ValueError, match="lm_level must be one of auto, token or word"):
         DecodingConfig(lm_level="words")
     broken = tmp_path / "broken.arpa"
     broken.write_text(varikn_word_arpa.read_text().replace("\\2-grams:", "\\two-grams:"), encoding="utf-8")
@@ -314,7 +315,7 @@ def test_the_bundled_model_decodes_the_domain_set_better_with_a_word_level_arpa(
     import soundfile
 
     pytest.importorskip("varikn")
-    from jobs.build_lm import train_varikn
+    from pipeline.lm.build import train_varikn
     from pipeline.config import BUNDLED_MODEL
     from pipeline.decoding.plan import DecodingConfig, decode_in_process, plan_decoding
     from pipeline.decoding.fusion import load_language_model

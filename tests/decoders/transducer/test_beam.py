@@ -24,7 +24,7 @@ from decoders.hypotheses import BatchedHypotheses, Hypothesis
 from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias
 from decoders.transducer.aes import AesSkipBlankSearch
 from decoders.transducer.beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig
-from decoders.transducer.beam_base import _CudaGraphsRunner
+from decoders.transducer.beam_base import CudaGraphsRunner
 from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy
 from decoders.transducer.wind_beam import WindBeamSearch
 from tests.reference.fake_lm import BigramLm
@@ -109,7 +109,7 @@ def state_addresses(state) -> dict[str, int]:
     return addresses
 
 
-class CheckedGraphPath(_CudaGraphsRunner):
+class CheckedGraphPath(CudaGraphsRunner):
     """A decoder's CUDA-graph path on the CPU: the pieces a GPU would capture, called directly over the same
     preallocated state, each checked to read nothing on the host and to write every state tensor in place (a
     graph replays over the addresses it captured, so a rebound attribute would silently go stale)."""

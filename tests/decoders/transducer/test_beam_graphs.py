@@ -1,4 +1,4 @@
-"""The CUDA-graph path of the beam searches (`_CudaGraphsRunner`).
+"""The CUDA-graph path of the beam searches (`CudaGraphsRunner`).
 
 On the CPU its pieces run uncaptured over the runner's preallocated state (`CheckedGraphPath`), checked to read
 nothing on the host and to write every state tensor in place; tests/decoders/transducer/test_beam.py compares

@@ -136,7 +136,7 @@ def test_no_module_outside_the_plan_compares_strategy_names():
     offenders = []
     for folder in ("pipeline", "jobs", "decoders"):
         for path in (REPOSITORY / folder).rglob("*.py"):
-            if path.name == "decoding.py" and path.parent.name == "pipeline":
+            if path.relative_to(REPOSITORY).as_posix() == "pipeline/decoding/plan.py":
                 continue
             for number, line in enumerate(path.read_text().splitlines(), 1):
                 if comparison.search(line):

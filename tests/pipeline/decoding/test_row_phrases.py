@@ -20,7 +20,10 @@ import pytest
 
 from pipeline import schema
 from pipeline.io import sink
-from pipeline.stages import asr as asr_stage, rows as stages, write as write_stage
+from pipeline.model.actor import load_model
+from pipeline.stages.asr import TranscribeBatch
+from pipeline.stages.audio import LoadAudio
+from pipeline.stages.write import FinishAndWrite
 from pipeline.config import BUNDLED_MODEL, LongAudioConfig, ModelConfig, ResourcesConfig
 from pipeline.decoding.plan import DecodingConfig, plan_decoding
 from pipeline.io.manifest import MAX_ROW_PHRASES, parse_line, read_manifest
@@ -96,7 +99,7 @@ def test_rows_lists_are_boosted_at_the_boost_weight_and_zero_switches_them_off()
                                                lm_weight=0.3))
     assert both.with_row_phrases().fusion_weight == pytest.approx(1.0)
     assert both.row_description(2) == "greedy lm=x.lm lm_weight=0.3 phrases=names.txt boost_weight=0.7 row_phrases=2"
-    with pytest.raises(ValueError, match="boost_weight must be >= 0"):
+    with pytest.raises(ValueError, match="boost_weight must be a finite number >= 0|boost_weight must be a number >= 0"):
         DecodingConfig(boost_weight=-0.5)
 
 
@@ -143,7 +146,7 @@ _MODELS = {}
 
 def load(model_config, device):
     if model_config.uri not in _MODELS:
-        _MODELS[model_config.uri] = asr_stage.load_model(model_config, device)
+        _MODELS[model_config.uri] = load_model(model_config, device)
     return _MODELS[model_config.uri]
 
 
@@ -152,10 +155,10 @@ def run(table, decoding, output, long_audio=None):
     model_config = ModelConfig(uri=str(BUNDLED_MODEL), cache_dir=str(output.parent / "cache"))
     plan = plan_decoding(load(model_config, "cpu").facts, decoding)
     resources = ResourcesConfig(device="cpu", batch_audio_s=30.0)  # several rows a batch, a few batches
-    audio = stages.LoadAudio(16000, long_audio=long_audio)(table)
-    transcribe = asr_stage.TranscribeBatch(model_config, plan, resources, long_audio=long_audio, load=load)
+    audio = LoadAudio(16000, long_audio=long_audio)(table)
+    transcribe = TranscribeBatch(model_config, plan, resources, long_audio=long_audio, load=load)
     decoded = transcribe(audio)
-    write_stage.FinishAndWrite(model_config, plan, str(output), "bundled")(decoded)
+    FinishAndWrite(model_config, plan, str(output), "bundled")(decoded)
     asr_rows = {key(r): r for r in decoded.to_pylist()}
     return {key(r): (r, asr_rows[key(r)]) for r in sink.read_output(str(output)).to_pylist()}, transcribe
 
@@ -225,7 +228,7 @@ def test_a_job_list_and_an_lm_are_fused_with_the_rows_own(domain_table, tmp_path
     import torch
 
     from decoders.boosting.tree import WeightedSum
-    from jobs.build_lm import build_lm
+    from pipeline.lm.build import build_lm
     from pipeline.decoding.plan import decode_in_process
     from pipeline.decoding.fusion import boosting_from_phrase_file, load_language_model, sentencepiece_of
     from pipeline.decoding.recognize import pad_waveforms
@@ -269,13 +272,13 @@ def test_a_job_list_and_an_lm_are_fused_with_the_rows_own(domain_table, tmp_path
 def test_every_chunk_of_a_long_row_carries_its_rows_phrases(domain_table, tmp_path, monkeypatch):
     """Rows longer than `chunk_s` (2 s here) are cut into chunks; each chunk is decoded with its row's phrases."""
     seen: list[tuple] = []
-    run_pieces = asr_stage.TranscribeBatch._run
+    run_pieces = TranscribeBatch._run
 
     def recording(self, waveforms, sets):
         seen.extend(sets)
         return run_pieces(self, waveforms, sets)
 
-    monkeypatch.setattr(asr_stage.TranscribeBatch, "_run", recording)
+    monkeypatch.setattr(TranscribeBatch, "_run", recording)
     rows, transcribe = run(domain_table, DecodingConfig(strategy="greedy"), tmp_path / "out",
                            long_audio=LongAudioConfig(chunk_s=2.0, overlap_s=0.5))
     lucero = (("heather lucero", 2.0),)

@@ -439,20 +439,20 @@ def test_a_flac_whose_seek_table_lies(recordings, tmp_path):
     path.write_bytes(data[:42] + bytes([3]) + len(table).to_bytes(3, "big") + table + data[42:])
     reference = whole(recordings["FLAC"])
     fetched: list[int] = []
-    real_fetch = audio_read._RangeReader._fetch
+    real_fetch = audio_read.RangeReader._fetch
 
     def counting_fetch(self, start, stop):
         part = real_fetch(self, start, stop)
         fetched.append(len(part or b""))
         return part
 
-    audio_read._RangeReader._fetch = counting_fetch
+    audio_read.RangeReader._fetch = counting_fetch
     try:
         offsets = [5.0, 61.0, 100.0, 177.0]
         outcomes = load_audio_batch([str(path)] * 4, RATE, offsets, [2.0] * 4, [None] * 4,
                                     InputConfig(max_file_bytes=path.stat().st_size))
     finally:
-        audio_read._RangeReader._fetch = real_fetch
+        audio_read.RangeReader._fetch = real_fetch
     exact = 0
     for offset_s, outcome in zip(offsets, outcomes):
         if isinstance(outcome, AudioError):

@@ -11,7 +11,9 @@ import pyarrow as pa
 
 from pipeline import schema
 from pipeline.io import sink
-from pipeline.stages import asr as asr_stage, rows as stages, write as write_stage
+from pipeline.stages.asr import TranscribeBatch
+from pipeline.stages.audio import LoadAudio
+from pipeline.stages.write import FinishAndWrite
 from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig, TranscribeJobConfig, config_from_dict
 from pipeline.decoding.plan import describe, plan_decoding
 from pipeline.io.manifest import read_manifest
@@ -59,9 +61,9 @@ def test_error_rows_and_output_columns_hide_uri_and_environment_credentials(nemo
                 "s3://bucket/missing.wav", f"s3://AKIA:{URI_SECRET}@bucket/x.wav",
                 f"s3://bucket/y.wav?versionId={QUERY_SECRET}")))
             rows = pa.Table.from_pylist(list(read_manifest(str(manifest))), schema=schema.INPUT_SCHEMA)
-            audio = stages.LoadAudio(sample_rate=16000)(rows)
-            decoded = asr_stage.TranscribeBatch(model, plan, ResourcesConfig())(audio)
-            write_stage.FinishAndWrite(model, plan, str(tmp_path / "out"), "m")(decoded)
+            audio = LoadAudio(sample_rate=16000)(rows)
+            decoded = TranscribeBatch(model, plan, ResourcesConfig())(audio)
+            FinishAndWrite(model, plan, str(tmp_path / "out"), "m")(decoded)
         finally:
             os.environ["AWS_SECRET_ACCESS_KEY"] = saved
     table = sink.read_output(str(tmp_path / "out"))

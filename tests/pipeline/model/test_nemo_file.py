@@ -111,13 +111,13 @@ def test_other_tokenizers_and_encoders_are_refused_not_guessed(nemo_assets, tmp_
 WRITER_SCRIPT = """
 import json, sys
 import pyarrow.feather
-from pipeline.stages import asr as asr_stage, rows as stages, write as write_stage
+from pipeline.stages.write import FinishAndWrite
 from pipeline.config import DecodingConfig, ModelConfig
 from pipeline.decoding.plan import plan_decoding
 from pipeline.model.nemo_file import read_model_facts
 decoded = pyarrow.feather.read_table(sys.argv[1])
 plan = plan_decoding(read_model_facts(sys.argv[2]), DecodingConfig(strategy=sys.argv[4]))
-write_stage.FinishAndWrite(ModelConfig(uri=sys.argv[2]), plan, sys.argv[3], "test-model")(decoded)
+FinishAndWrite(ModelConfig(uri=sys.argv[2]), plan, sys.argv[3], "test-model")(decoded)
 print(json.dumps({"nemo_imported": any(m == "nemo" or m.startswith("nemo.") for m in sys.modules)}))
 """
 
@@ -129,7 +129,10 @@ def test_writer_stage_needs_no_nemo(nemo_assets, tmp_path, strategy):
 
     from pipeline import schema
     from pipeline.io import sink
-    from pipeline.stages import asr as asr_stage, rows as stages, write as write_stage
+    from pipeline.model.actor import load_model
+    from pipeline.stages.asr import TranscribeBatch
+    from pipeline.stages.audio import LoadAudio
+    from pipeline.stages.write import FinishAndWrite
     from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig
     from pipeline.decoding.plan import plan_decoding
     from pipeline.io.manifest import read_manifest
@@ -141,9 +144,9 @@ def test_writer_stage_needs_no_nemo(nemo_assets, tmp_path, strategy):
     rows = pa.Table.from_pylist(list(read_manifest(str(manifest))), schema=schema.INPUT_SCHEMA)
     model, decoding = ModelConfig(uri=str(nemo_assets["checkpoints"]["tdt_ctc"])), DecodingConfig(strategy=strategy)
     plan = plan_decoding(read_model_facts(model.uri), decoding)
-    audio = stages.LoadAudio(sample_rate=16000)(rows)
-    decoded = asr_stage.TranscribeBatch(model, plan, ResourcesConfig())(audio)
-    write_stage.FinishAndWrite(model, plan, str(tmp_path / "loaded"), "test-model", load=asr_stage.load_model)(decoded)
+    audio = LoadAudio(sample_rate=16000)(rows)
+    decoded = TranscribeBatch(model, plan, ResourcesConfig())(audio)
+    FinishAndWrite(model, plan, str(tmp_path / "loaded"), "test-model", load=load_model)(decoded)
     pyarrow.feather.write_feather(decoded, tmp_path / "decoded.arrow")
     result = subprocess.run([sys.executable, "-c", WRITER_SCRIPT, str(tmp_path / "decoded.arrow"), model.uri,
                              str(tmp_path / "layout"), strategy], cwd=ROOT, capture_output=True, text=True,

@@ -11,7 +11,9 @@ import pytest
 import soundfile
 
 from pipeline import schema
-from pipeline.stages import asr as asr_stage, rows as stages
+from pipeline.model.actor import load_model
+from pipeline.stages.asr import TranscribeBatch
+from pipeline.stages.audio import LoadAudio
 from pipeline.config import BUNDLED_MANIFEST, BUNDLED_MODEL, LongAudioConfig, ModelConfig, ResourcesConfig
 from pipeline.decoding.plan import DecodingConfig, plan_decoding
 from pipeline.io.manifest import read_manifest
@@ -26,7 +28,7 @@ CHUNKS = LongAudioConfig(chunk_s=8.0, overlap_s=2.0)
 
 @pytest.fixture(scope="module")
 def model():
-    return asr_stage.load_model(ModelConfig(uri=str(BUNDLED_MODEL)), "cpu")
+    return load_model(ModelConfig(uri=str(BUNDLED_MODEL)), "cpu")
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +56,8 @@ def rows(tmp_path, entries):
 
 def decode(model, table, long_audio, strategy="greedy", resources=None):
     plan = plan_decoding(read_model_facts(str(BUNDLED_MODEL)), DecodingConfig(strategy=strategy))
-    audio = stages.LoadAudio(RATE, long_audio=long_audio)(table)
-    decoded = asr_stage.TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, resources or ResourcesConfig(),
+    audio = LoadAudio(RATE, long_audio=long_audio)(table)
+    decoded = TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, resources or ResourcesConfig(),
                                      long_audio=long_audio,
                                      load=lambda *_: model)(audio)
     return audio, decoded, plan
@@ -88,9 +90,9 @@ def test_a_long_recording_is_one_row_of_chunks_read_by_the_asr_stage(model, reco
 def test_chunks_read_by_the_asr_stage_equal_chunks_of_audio_in_memory(model, recording, tmp_path):
     path, samples, _ = recording
     read = rows(tmp_path, [{"audio_filepath": str(path), "duration": len(samples) / RATE}])
-    in_memory = stages.LoadAudio(RATE, long_audio=LongAudioConfig(chunk_s=0))(read)  # carries the samples
+    in_memory = LoadAudio(RATE, long_audio=LongAudioConfig(chunk_s=0))(read)  # carries the samples
     plan = plan_decoding(read_model_facts(str(BUNDLED_MODEL)), DecodingConfig())
-    stage = asr_stage.TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(), long_audio=CHUNKS,
+    stage = TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(), long_audio=CHUNKS,
                                    load=lambda *_: model)
     _, decoded, _ = decode(model, read, CHUNKS)
     assert stage(in_memory).column(schema.TOKENS).to_pylist() == decoded.column(schema.TOKENS).to_pylist()
@@ -142,8 +144,8 @@ def test_the_other_heads_chunks_are_merged_like_the_chosen_heads(model, recordin
     path, samples, _ = recording
     table = rows(tmp_path, [{"audio_filepath": str(path), "duration": len(samples) / RATE}])
     plan = plan_decoding(read_model_facts(str(BUNDLED_MODEL)), DecodingConfig(head_agreement=True))
-    audio = stages.LoadAudio(RATE, long_audio=CHUNKS)(table)
-    decoded = asr_stage.TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(), long_audio=CHUNKS,
+    audio = LoadAudio(RATE, long_audio=CHUNKS)(table)
+    decoded = TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(), long_audio=CHUNKS,
                                      load=lambda *_: model)(audio)
     second = model.tokenizer.ids_to_text(decoded.column(schema.SECOND_TOKENS)[0].as_py())
     assert len(second.split()) > 40
@@ -177,7 +179,7 @@ def test_a_truncated_long_flac_and_an_offset_past_the_end_are_error_rows(model, 
 def test_local_attention_decodes_a_recording_whole(recording, tmp_path):
     path, samples, _ = recording
     local = LongAudioConfig(chunk_s=0, attention="local", local_context=64)
-    model = asr_stage.load_model(ModelConfig(uri=str(BUNDLED_MODEL)), "cpu")  # its own: local attention changes it
+    model = load_model(ModelConfig(uri=str(BUNDLED_MODEL)), "cpu")  # its own: local attention changes it
     table = rows(tmp_path, [{"audio_filepath": str(path), "duration": len(samples) / RATE}])
     audio, decoded, plan = decode(model, table, local)
     assert audio.column(schema.CHUNKED_READ).to_pylist() == [False]

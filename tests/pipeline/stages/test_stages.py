@@ -16,7 +16,11 @@ import pytest
 
 from pipeline import schema
 from pipeline.io import sink
-from pipeline.stages import asr as asr_stage, rows as stages, write as write_stage
+from pipeline.model.actor import load_model
+from pipeline.stages.asr import TranscribeBatch
+from pipeline.stages.audio import LoadAudio
+from pipeline.stages.read import ReadManifests
+from pipeline.stages.write import FinishAndWrite
 from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig
 from pipeline.decoding.plan import DecodingError, compact_ctc_log_probs, describe, plan_decoding
 from pipeline.io.manifest import read_manifest
@@ -66,7 +70,7 @@ def load_once():
 
     def load(model, device):
         if model.uri not in cache:
-            cache[model.uri] = asr_stage.load_model(model, device)
+            cache[model.uri] = load_model(model, device)
         return cache[model.uri]
 
     return load
@@ -83,9 +87,9 @@ def plan(model_config, decoding=None):
 
 
 def run_stages(rows_table, model_config, decoding, output, resources=SMALL_BUCKETS):
-    audio = stages.LoadAudio(sample_rate=16000)(rows_table)
-    decoded = asr_stage.TranscribeBatch(model_config, plan(model_config, decoding), resources, load=LOAD)(audio)
-    summary = write_stage.FinishAndWrite(model_config, plan(model_config, decoding), str(output), "test-model")(decoded)
+    audio = LoadAudio(sample_rate=16000)(rows_table)
+    decoded = TranscribeBatch(model_config, plan(model_config, decoding), resources, load=LOAD)(audio)
+    summary = FinishAndWrite(model_config, plan(model_config, decoding), str(output), "test-model")(decoded)
     return audio, summary
 
 
@@ -183,10 +187,10 @@ def test_calibrated_word_confidence_is_the_map_applied_to_the_uncalibrated(rows,
     calibration.save(str(tmp_path / "calibration.json"))
     calibrated = DecodingConfig(confidence=True, confidence_aggregation="mean",
                                 confidence_calibration=str(tmp_path / "calibration.json"))
-    audio = stages.LoadAudio(sample_rate=16000)(rows)
-    decoded = asr_stage.TranscribeBatch(model_config, plan(model_config, raw), SMALL_BUCKETS, load=LOAD)(audio)
+    audio = LoadAudio(sample_rate=16000)(rows)
+    decoded = TranscribeBatch(model_config, plan(model_config, raw), SMALL_BUCKETS, load=LOAD)(audio)
     for name, decoding in (("raw", raw), ("calibrated", calibrated)):
-        write_stage.FinishAndWrite(model_config, plan(model_config, decoding), str(tmp_path / name), "m")(decoded)
+        FinishAndWrite(model_config, plan(model_config, decoding), str(tmp_path / name), "m")(decoded)
     before, after = ({r[schema.UTTERANCE_ID]: r for r in sink.read_output(str(tmp_path / name)).to_pylist()}
                      for name in ("raw", "calibrated"))
     checked = 0
@@ -206,7 +210,7 @@ def test_calibrated_word_confidence_is_the_map_applied_to_the_uncalibrated(rows,
     wrong = DecodingConfig(confidence=True, confidence_aggregation="mean",
                            confidence_calibration=str(tmp_path / "other.json"))
     with pytest.raises(CalibrationMismatch, match="fitted for 'ctc confidence=tsallis-exp-0.33-mean'"):
-        write_stage.FinishAndWrite(model_config, plan(model_config, wrong), str(tmp_path / "wrong"), "m")(decoded)
+        FinishAndWrite(model_config, plan(model_config, wrong), str(tmp_path / "wrong"), "m")(decoded)
 
 
 def test_without_confidence_the_columns_are_null(rows, model_config, tmp_path):
@@ -307,8 +311,8 @@ def test_ctc_beam_confidence_measures_each_tokens_emission_frame(rows, model_con
 
 
 def test_a_failing_bucket_is_retried_row_by_row(rows, model_config):
-    audio = stages.LoadAudio(sample_rate=16000)(rows)
-    stage = asr_stage.TranscribeBatch(model_config, plan(model_config), ResourcesConfig(batch_audio_s=1000),
+    audio = LoadAudio(sample_rate=16000)(rows)
+    stage = TranscribeBatch(model_config, plan(model_config), ResourcesConfig(batch_audio_s=1000),
                                    load=LOAD)
     poisoned = len(audio.column(schema.SAMPLES)[0].as_py())
     original = stage._run
@@ -331,7 +335,7 @@ def test_read_manifests_skips_committed_rows(rows, tmp_path):
     manifest = rows.column(schema.MANIFEST)[0].as_py()
     done = rows.slice(0, 5)
     sink.write_part(str(tmp_path), sink.to_output_table(done))
-    reader = stages.ReadManifests(sink.committed_ids(str(tmp_path)), chunk_rows=4)
+    reader = ReadManifests(sink.committed_ids(str(tmp_path)), chunk_rows=4)
     chunks = list(reader(pa.table({schema.MANIFEST: [manifest]})))
     assert [c.num_rows for c in chunks] == [4, 4, 2]  # small tables, so later stages work in small blocks
     remaining = pa.concat_tables(chunks)
@@ -339,8 +343,8 @@ def test_read_manifests_skips_committed_rows(rows, tmp_path):
 
 
 def test_padding_efficiency_is_reported_per_row(rows, model_config):
-    audio = stages.LoadAudio(sample_rate=16000)(rows)
-    decoded = asr_stage.TranscribeBatch(model_config, plan(model_config), ResourcesConfig(batch_audio_s=1000),
+    audio = LoadAudio(sample_rate=16000)(rows)
+    decoded = TranscribeBatch(model_config, plan(model_config), ResourcesConfig(batch_audio_s=1000),
                                      load=LOAD)(audio)
     audio_s = np.array(decoded.column(schema.AUDIO_S).to_pylist())
     padded = np.array(decoded.column(schema.PADDED_S).to_pylist())
@@ -369,7 +373,7 @@ def test_strategies_a_model_cannot_run_are_refused_on_the_driver(nemo_assets, ki
 
 @pytest.mark.parametrize("strategy", ["greedy", "ctc_beam"])
 def test_the_lm_is_fetched_once_and_fused_as_in_process(nemo_assets, rows, model_config, tmp_path, strategy):
-    from jobs.build_lm import build_lm
+    from pipeline.lm.build import build_lm
     from pipeline.decoding.plan import decode_in_process
     from pipeline.decoding.fusion import load_language_model
 
@@ -406,7 +410,7 @@ def test_each_stage_worker_imports_only_what_its_stage_needs():
     import sys
 
     script = ("import sys\n"
-              "import pipeline.stages.rows\n"
+              "import pipeline.stages.read, pipeline.stages.audio\n"
               "print('torch' in sys.modules, 'nemo' in sys.modules)\n"
               "import pipeline.stages.write\n"
               "print('nemo' in sys.modules)\n")

@@ -1,0 +1,218 @@
+"""Pseudo-labelling runs, the library of `jobs/pseudo_label.py`: the run bookkeeping that makes every utterance
+labelled exactly once across nightly runs, and one run from its input to its manifests and report.
+
+Labels live in OUTPUT/<model and decoding>/ (`identity_folder`): transcripts/ (exactly once, as `jobs/transcribe.py`
+writes them) and runs/<UTC time>/, one folder a run. A run folder is finished when it holds `labelled.txt`
+(written last: the ids it labelled); `labelled_before` reads the finished ones and removes any other, so that
+its utterances go into the next run. `prepare_label_run` checks and lists the input before any cluster work;
+`label_run` transcribes, judges (`pipeline/labels/filters.py`) and writes the run (`pipeline/reports/pseudo_label.py`
+for its report).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline import schema
+from pipeline.config import ModelConfig, ResourcesConfig, TranscribeJobConfig
+from pipeline.decoding import DecodingConfig, DecodingError, describe, plan_decoding
+from pipeline.io import Folder
+from pipeline.io.redact import redact
+from pipeline.labels.filters import (
+    LabelFilters,
+    audio_entries,
+    judge,
+    lhotse_cut,
+    nemo_line,
+    rejected_line,
+    write_jsonl,
+)
+from pipeline.model import ModelFacts
+from pipeline.preflight import fetched_model
+from pipeline.reports.pseudo_label import build_report, curve, plot, reason_kind, report_markdown
+from pipeline.settings import check_settings, section, setting, shared
+
+RUNS, TRANSCRIPTS, LABELLED, ERRORS = "runs", "transcripts", "labelled.txt", "errors.txt"
+
+
+class LabelError(ValueError):
+    """Input the job cannot use, found before any cluster work: one line for the user."""
+
+
+@dataclass(frozen=True)
+class LabelConfig:
+    """One pseudo-labelling run: its input (`manifest` files and `audio` files, paths, URIs or globs), where the
+    labels go (`output`, the same for every run), the model and decoding, and the filters."""
+
+    output: str = setting(help="folder or URI of the labels (reruns go into the same one)")
+    manifest: tuple[str, ...] = setting((), "NeMo or Lhotse manifests (paths, URIs, globs)")
+    audio: tuple[str, ...] = setting((), "audio files (paths, URIs, globs), one utterance each")
+    model: str = shared(TranscribeJobConfig, "model.uri")
+    strategy: str = shared(TranscribeJobConfig, "decoding.strategy",
+                           help="the decoding strategy (any: each gives confidence)")
+    confidence_calibration: str | None = shared(
+        TranscribeJobConfig, "decoding.confidence_calibration", group=None,
+        help="a calibration map for this model and measure (`benchmarks/confidence.py --write-calibration`): "
+             "confidences then read as the share of words right")
+    filters: LabelFilters = section("filters (what a kept utterance satisfies)", LabelFilters)
+    cache_dir: str = shared(TranscribeJobConfig, "model.cache_dir")
+    device: str = shared(TranscribeJobConfig, "resources.device")
+    ray_address: str | None = shared(TranscribeJobConfig, "ray_address")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+@dataclass(frozen=True)
+class LabelInputs:
+    """What `prepare_label_run` read and checked before any cluster work."""
+
+    model_path: Path  # the model on this machine
+    facts: ModelFacts
+    decoding: DecodingConfig
+    manifests: list[str]
+    audio: list[str]
+
+
+@dataclass(frozen=True)
+class LabelRun:
+    """A finished run: its folder (OUTPUT/<model and decoding>/runs/<UTC time>) and its report."""
+
+    folder: Folder
+    report: dict[str, Any]
+
+
+def print_line(line: str) -> None:
+    """A progress line of the job on the driver's console."""
+    print(f"pseudo_label: {line}", flush=True)
+
+
+def identity_folder(output: Folder, model_sha256: str, decoding: DecodingConfig) -> Folder:
+    """OUTPUT/<model and decoding>: one per model and decoding, so that a new one labels everything again."""
+    description = describe(decoding)
+    key = hashlib.sha1(f"{model_sha256}\n{description}".encode()).hexdigest()[:12]
+    folder = output.child(f"labels-{key}")
+    if not folder.exists("identity.json"):
+        folder.write("identity.json", json.dumps({"model_sha256": model_sha256, "decoding": description}, indent=1))
+    return folder
+
+
+def labelled_before(runs: Folder, say: Callable[[str], None] = print_line) -> tuple[set[str], set[str]]:
+    """Utterance ids that finished runs labelled (put in their manifests with a transcript), and ids whose audio
+    they could not read and reported in their `rejected.json` (retried each run, reported once); unfinished run
+    folders are removed (and named through `say`)."""
+    done: set[str] = set()
+    reported: set[str] = set()
+    for name in runs.folders():
+        run = runs.child(name)
+        if run.exists(LABELLED):
+            done.update(run.read(LABELLED).split())
+            if run.exists(ERRORS):
+                reported.update(run.read(ERRORS).split())
+        else:
+            say(f"removing the unfinished run {redact(run.uri)}: its utterances go into this run")
+            run.remove()
+    return done, reported - done
+
+
+def prepare_label_run(config: LabelConfig) -> LabelInputs:
+    """The run's input checked and listed before any cluster work (`LabelError`, or a `PreflightError` for the
+    model): the model fetched, the decoding planned (with confidence; the other head decoded beside the chosen
+    one where the model has two and the filter is on), the manifests and audio files listed."""
+    from pipeline.io import expand_manifest_uris
+    from pipeline.model import read_model_facts
+
+    if not config.manifest and not config.audio:
+        raise LabelError("nothing to label: pass --manifest and/or --audio")
+    model_path = fetched_model(config.model, config.cache_dir)
+    facts = read_model_facts(model_path)
+    try:
+        decoding = DecodingConfig(strategy=config.strategy, confidence=True, confidence_aggregation="mean",
+                                  confidence_calibration=config.confidence_calibration,
+                                  head_agreement=len(facts.heads) > 1 and config.filters.min_head_agreement > 0)
+    except ValueError as error:
+        raise LabelError(str(error)) from None
+    try:
+        plan_decoding(facts, decoding, model_name=config.model)
+    except DecodingError as error:
+        raise LabelError(str(error)) from None
+    try:
+        manifests = expand_manifest_uris(config.manifest) if config.manifest else []
+        audio = expand_manifest_uris(config.audio) if config.audio else []
+    except FileNotFoundError as error:
+        raise LabelError(str(error).replace("no manifest matches", "nothing matches")) from None
+    return LabelInputs(model_path=model_path, facts=facts, decoding=decoding, manifests=manifests, audio=audio)
+
+
+def label_run(config: LabelConfig, inputs: LabelInputs, started: float, say: Callable[[str], None] = print_line
+              ) -> LabelRun:
+    """One run, `started` at this time (seconds since the epoch; its folder's name): transcribe what no earlier
+    run transcribed with this model and decoding, judge what no finished run labelled, write the run's
+    manifests, report and plot, and last `labelled.txt`, its commit."""
+    from pipeline.graph import JobError, connect_ray, run_transcription
+    from pipeline.io import file_sha256, sink
+
+    filters, decoding = config.filters, inputs.decoding
+    folder = identity_folder(Folder(config.output), file_sha256(inputs.model_path), decoding)
+    runs = folder.child(RUNS)
+    done, reported_errors = labelled_before(runs, say)
+    run_name = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
+    taken = set(runs.folders())
+    run_name = next(f"{run_name}-{k}" if k else run_name for k in range(len(taken) + 1)
+                    if (f"{run_name}-{k}" if k else run_name) not in taken)
+    run_folder = runs.child(run_name)
+    manifests = list(inputs.manifests)
+    if inputs.audio:
+        entries = audio_entries(inputs.audio)
+        run_folder.write("audio.json", write_jsonl(entries))
+        manifests.append(f"{run_folder.uri}/audio.json")
+    say(f"{len(manifests)} manifest(s), {len(inputs.audio)} audio file(s) -> {redact(folder.uri)}")
+
+    connect_ray(config.ray_address)
+    transcription = TranscribeJobConfig(manifests=tuple(manifests), output=folder.child(TRANSCRIPTS).uri,
+                                        model=ModelConfig(uri=config.model, cache_dir=config.cache_dir),
+                                        decoding=decoding, resources=ResourcesConfig(device=config.device),
+                                        retry_errors=True)  # audio unreadable last night (an outage) gets another try
+    try:
+        summary = run_transcription(transcription)
+    except (JobError, FileNotFoundError) as error:
+        raise LabelError(str(error)) from None
+
+    table = sink.read_output(transcription.output)
+    rows = [r for r in table.to_pylist() if r[schema.UTTERANCE_ID] not in done]
+    failing_again = [r[schema.STATUS] != schema.STATUS_OK and r[schema.UTTERANCE_ID] in reported_errors
+                     for r in rows]  # reported by an earlier run, tried again, unreadable still: counted only
+    still_failing = sum(failing_again)
+    rows = [r for r, again in zip(rows, failing_again) if not again]
+    kept, rejected, reasons = [], [], {}
+    for row in rows:
+        reason = judge(row, filters)
+        if reason is None:
+            kept.append(row)
+        else:
+            rejected.append((row, reason))
+            kind = reason_kind(reason)
+            reasons[kind] = reasons.get(kind, 0) + 1
+    run_folder.write("train.json", write_jsonl([nemo_line(r) for r in kept]))
+    run_folder.write("train_cuts.jsonl.gz", gzip.compress(
+        write_jsonl([lhotse_cut(r, inputs.facts.sample_rate) for r in kept]).encode(), mtime=0))
+    run_folder.write("rejected.json", write_jsonl([rejected_line(r, reason) for r, reason in rejected]))
+    points = curve(rows, filters)
+    report = build_report(config.model, decoding, filters, rows, kept, rejected, reasons, points, run_folder.uri,
+                          summary)
+    report["still_unreadable"] = still_failing
+    report["wall_s"] = round(time.time() - started, 1)
+    run_folder.write("report.json", json.dumps(report, indent=1))
+    run_folder.write("report.md", report_markdown(report))
+    run_folder.write("confidence.png", plot(points, filters.min_confidence))
+    unreadable = [r[schema.STATUS] != schema.STATUS_OK for r in rows]
+    run_folder.write(ERRORS, "".join(r[schema.UTTERANCE_ID] + "\n" for r, bad in zip(rows, unreadable) if bad))
+    # last, as the run's commit: the ids it labelled (its error rows are tried again by the next run)
+    run_folder.write(LABELLED, "".join(r[schema.UTTERANCE_ID] + "\n" for r, bad in zip(rows, unreadable) if not bad))
+    return LabelRun(folder=run_folder, report=report)

@@ -1,0 +1,50 @@
+"""The manifest stage (`ReadManifests`, stage 1 of `pipeline/stages/__init__.py`): manifest URIs -> their rows not yet
+committed. It imports neither torch nor NeMo."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from pipeline import schema
+from pipeline.io import IdSet, read_manifest
+
+
+class ReadManifests:
+    """CPU stage: manifest URIs -> their rows (error rows included) not yet committed, as tables of `chunk_rows`.
+
+    Called as a function (Ray tasks), with the committed ids read once by the driver (`sink.committed_ids`),
+    looked up `LOOKUP_ROWS` lines at a time. The rows leave in small tables, but Ray Data merges what a task
+    yields into large blocks; `graph.read_rows` splits them again.
+    """
+
+    LOOKUP_ROWS = 1024  # manifest lines whose ids are looked up among the committed ones at once
+    # Reading manifests is I/O and asks for no CPU: a task that needs even 0.1 CPU can wait forever behind the job's
+    # own actors. When a host dies, Ray reruns the read tasks it lost on the hosts left, where the job's actors
+    # (restarted there) may hold every CPU; a read that needs none still runs. MAX_TASKS bounds how many read at once
+    # instead.
+    CPUS = 0.0
+    MAX_TASKS = 4
+
+    def __init__(self, committed: IdSet, chunk_rows: int) -> None:
+        self.committed = committed
+        self.chunk_rows = chunk_rows
+
+    def __call__(self, batch: pa.Table) -> Iterator[pa.Table]:
+        for uri in batch.column(schema.MANIFEST).to_pylist():
+            rows: list[dict[str, Any]] = []
+            lines = read_manifest(uri)
+            while entries := list(itertools.islice(lines, self.LOOKUP_ROWS)):
+                done = self.committed.contains([entry[schema.UTTERANCE_ID] for entry in entries])
+                for entry, committed in zip(entries, done):
+                    if committed:
+                        continue
+                    rows.append(entry)
+                    if len(rows) == self.chunk_rows:
+                        yield pa.Table.from_pylist(rows, schema=schema.INPUT_SCHEMA)
+                        rows = []
+            if rows:
+                yield pa.Table.from_pylist(rows, schema=schema.INPUT_SCHEMA)
