@@ -52,14 +52,12 @@ from pipeline.io.redact import redact  # noqa: E402
 from pipeline.lm import BiasConfig, BiasError, prepare_bias, print_line, run_bias  # noqa: E402
 from pipeline.preflight import PreflightError  # noqa: E402
 from pipeline.reports.lm_bias import report_markdown  # noqa: E402
-from pipeline.settings import add_flags, from_args  # noqa: E402
+from pipeline.settings import from_args, parser_for  # noqa: E402
 
 
 def parser() -> argparse.ArgumentParser:
     """Every setting of a run (`BiasConfig`, declared once; the shared ones as `jobs/transcribe.py` has them)."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_flags(p, BiasConfig)
-    return p
+    return parser_for(BiasConfig, __doc__)
 
 
 def config_from_args(args: argparse.Namespace) -> BiasConfig:

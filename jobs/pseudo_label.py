@@ -46,14 +46,12 @@ from pipeline.io.redact import redact  # noqa: E402
 from pipeline.labels import LabelConfig, LabelError, label_run, prepare_label_run, print_line  # noqa: E402
 from pipeline.preflight import PreflightError  # noqa: E402
 from pipeline.reports.pseudo_label import report_markdown  # noqa: E402
-from pipeline.settings import add_flags, from_args  # noqa: E402
+from pipeline.settings import from_args, parser_for  # noqa: E402
 
 
 def parser() -> argparse.ArgumentParser:
     """Every setting of a run (`LabelConfig`, declared once; the shared ones as `jobs/transcribe.py` has them)."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_flags(p, LabelConfig)
-    return p
+    return parser_for(LabelConfig, __doc__)
 
 
 def config_from_args(args: argparse.Namespace) -> LabelConfig:

@@ -192,6 +192,14 @@ def add_flags(parser: argparse.ArgumentParser, config_class: type, keys: Iterabl
         _add_flag(target, key, f, declaration, hint, _default_of(f), (dests or {}).get(key, key))
 
 
+def parser_for(config_class: type, description: str | None, prog: str | None = None) -> argparse.ArgumentParser:
+    """A job's parser: a flag for every setting of `config_class` (`add_flags`), the job's docstring as its help."""
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_flags(parser, config_class)
+    return parser
+
+
 def _add_flag(target: Any, key: str, f: dataclasses.Field, declaration: Setting, hint: Any, default: Any,
               dest: str) -> None:
     help_text = declaration.help() if callable(declaration.help) else declaration.help

@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from pipeline import schema
-from pipeline.io import sink
 from pipeline.decoding.plan import DecodingConfig
+from pipeline.io import sink
 from pipeline.lm.tuning import BOOST_WEIGHTS, RECHECK_LM_STEP, Score, TrialCache, setting_key, tune
 
 REPOSITORY = Path(__file__).resolve().parents[2]

@@ -62,12 +62,12 @@ def test_a_missing_list_and_a_zero_weight_are_refused(tmp_path):
 @pytest.mark.parametrize("strategy", ["greedy", "ctc_beam"])
 def test_the_job_boosts_the_list_as_in_process_decoding_does(ray_cluster, tmp_path, strategy):
     from pipeline import schema
-    from pipeline.io import sink
-    from pipeline.model.actor import load_model
     from pipeline.config import ModelConfig, ResourcesConfig, TranscribeJobConfig
     from pipeline.decoding.plan import DecodingConfig
-    from pipeline.graph import OutputMismatchError, run_transcription
     from pipeline.decoding.recognize import pad_waveforms
+    from pipeline.graph import OutputMismatchError, run_transcription
+    from pipeline.io import sink
+    from pipeline.model.actor import load_model
 
     phrases = tmp_path / "contacts.txt"
     phrases.write_text("\n".join(CONTACTS) + "\n")
@@ -86,8 +86,8 @@ def test_the_job_boosts_the_list_as_in_process_decoding_does(ray_cluster, tmp_pa
     # in-process, with the plan's own loaders: the same texts, and the names written right
     import soundfile
 
-    from pipeline.decoding.plan import decode_in_process, plan_decoding
     from pipeline.decoding.fusion import load_fusion_model
+    from pipeline.decoding.plan import decode_in_process, plan_decoding
 
     model = load_model(model_config, "cpu")
     plan = plan_decoding(model.facts, decoding)

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import schema
-from pipeline.io import sink
 from pipeline.config import ModelConfig, ResourcesConfig, TranscribeJobConfig
+from pipeline.io import sink
 
 pytestmark = [pytest.mark.ray, pytest.mark.nemo, pytest.mark.slow]
 

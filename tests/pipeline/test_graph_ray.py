@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from pipeline import schema
+from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig, TranscribeJobConfig
 from pipeline.io import sink
 from pipeline.io.audio import load_audio
-from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig, TranscribeJobConfig
 from pipeline.io.manifest import read_manifest
 
 pytestmark = [pytest.mark.ray, pytest.mark.nemo, pytest.mark.slow]
@@ -98,8 +98,8 @@ def job_config(corpus, output, cache_dir, decoding=None):
 @pytest.fixture(scope="module")
 def expected(corpus, nemo_assets):
     """What decoding each good row's audio in-process gives: text and (word, start, end)."""
-    from pipeline.model.nemo import load_asr_model
     from pipeline.decoding.recognize import recognize
+    from pipeline.model.nemo import load_asr_model
 
     model = load_asr_model(str(nemo_assets["checkpoints"]["rnnt"]))
     results, cache = {}, {}

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from pipeline import schema
-from pipeline.io import sink
 from pipeline.config import InputConfig, ModelConfig, ResourcesConfig, TranscribeJobConfig
+from pipeline.io import sink
 from tests.support.hostile_corpus import PeakRss, write_hostile_corpus
 
 pytestmark = [pytest.mark.ray, pytest.mark.nemo, pytest.mark.slow]
