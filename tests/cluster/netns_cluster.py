@@ -218,7 +218,7 @@ class NetnsCluster:
     def read_output_ids(self, output: str) -> dict:
         """Rows, utterance ids (list, with repeats) and whether _SUCCESS exists, of an s3:// output."""
         body = (f"import os\nos.environ['AWS_ENDPOINT_URL'] = {self.direct_endpoint!r}\n"
-                "from pipeline import sink, schema\n"
+                "from pipeline import schema\nfrom pipeline.io import sink\n"
                 f"table = sink.read_output({output!r}, columns=[schema.UTTERANCE_ID, schema.STATUS])\n"
                 "print(json.dumps({'ids': table.column(0).to_pylist(), 'statuses': table.column(1).to_pylist(),\n"
                 f"                  'complete': sink.is_complete({output!r}),\n"
