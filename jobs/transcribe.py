@@ -9,6 +9,9 @@
 A YAML file (`--config job.yaml`) may hold any setting, in the sections of `pipeline/config.py` (top level:
 manifests, output, ray_address; sections model, decoding, resources); flags given on the command line override
 it. Running the same command again after a crash (same --output) transcribes only the rows not yet committed.
+Ctrl-C or SIGTERM stops the job within seconds (exit 130 or 143) with one line: the rows committed, and the command
+that finishes the rest (`pipeline/interrupts.py`). `--dry-run` checks a job without transcribing
+(`pipeline/dry_run.py`); `--limit N` transcribes the manifests' first N rows.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
@@ -25,10 +30,13 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from pipeline.config import TranscribeJobConfig, config_from_flags  # noqa: E402
 from pipeline.decoding import advice, describe  # noqa: E402
+from pipeline.interrupts import Interrupted, signals_stop_the_job, stop_on_signals, wind_down  # noqa: E402
 from pipeline.io.redact import redact, secrets_in  # noqa: E402
 from pipeline.preflight import PreflightError, check_transcription  # noqa: E402
 from pipeline.reports import findings  # noqa: E402
 from pipeline.settings import add_flags, overrides_from_args  # noqa: E402
+
+Hide = Callable[[str], str]  # a text with the job's credentials taken out
 
 
 def parser() -> argparse.ArgumentParser:
@@ -59,6 +67,35 @@ def main(argv: list[str] | None = None) -> int:
     def hide(text: str) -> str:  # what a storage library quotes of a URI's credentials, too
         return redact(text, secrets)
 
+    # the command as given, to say how to finish what an interrupted run left
+    command = hide(shlex.join(["python", sys.argv[0], *sys.argv[1:]] if argv is None
+                              else ["python", "jobs/transcribe.py", *argv]))
+    with signals_stop_the_job():
+        try:
+            return transcribe(config, hide)
+        except Interrupted as interrupted:
+            return stopped(interrupted, config, command, hide)
+
+
+def stopped(interrupted: Interrupted, config: TranscribeJobConfig, command: str, hide: Hide) -> int:
+    """The job after Ctrl-C or SIGTERM: Ray stopped, then one line saying what is committed and how to go on."""
+    rest = f"the same command finishes the rest: {command}"
+    wind_down(interrupted, f"loopscribe: stopped ({interrupted.name}); {rest}")
+    if config.dry_run:
+        print(f"loopscribe: stopped ({interrupted.name}) during the dry run; nothing was written", file=sys.stderr,
+              flush=True)
+        return interrupted.exit_code
+    from pipeline.io import sink
+
+    try:
+        committed = f"{len(sink.committed_ids(config.output)):,} rows committed in {config.output}"
+    except Exception as error:  # an output that cannot be read now (an outage) must not cost the line
+        committed = f"the rows committed in {config.output} could not be counted ({type(error).__name__})"
+    print(hide(f"loopscribe: stopped ({interrupted.name}): {committed}; {rest}"), file=sys.stderr, flush=True)
+    return interrupted.exit_code
+
+
+def transcribe(config: TranscribeJobConfig, hide: Hide) -> int:
     try:
         check_transcription(config)
     except PreflightError as error:
@@ -74,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
                  f"({describe(config.decoding)})"), flush=True)
     for note in advice(config.decoding):
         print(f"loopscribe: note: {note}", file=sys.stderr, flush=True)
+    if config.dry_run:
+        return check_only(config, manifest_uris, hide)
     connect_ray(config.ray_address)
+    stop_on_signals()  # again: ray.init installs its own SIGTERM handler (a C stack dump)
     try:
         summary = run_transcription(config, manifest_uris=manifest_uris)
     except (JobError, FileNotFoundError) as error:
@@ -90,6 +130,26 @@ def main(argv: list[str] | None = None) -> int:
     if summary["rows_error"]:
         print("loopscribe: error rows stay as they are on a rerun; once their cause is fixed, the same command with "
               "--retry-errors transcribes them again", flush=True)
+    if summary.get("rows_beyond_limit"):
+        print(f"loopscribe: --limit {config.limit}: the manifests hold more rows; the same command with a larger "
+              "--limit, or without it, transcribes them", flush=True)
+    return 0
+
+
+def check_only(config: TranscribeJobConfig, manifest_uris: list[str], hide: Hide) -> int:
+    """--dry-run: the job checked without Ray (`pipeline/dry_run.py`); refused as the run would be."""
+    from pipeline.dry_run import dry_run, dry_run_findings, dry_run_lines
+    from pipeline.graph import JobError
+
+    try:
+        report = dry_run(config, manifest_uris)
+    except (JobError, FileNotFoundError) as error:
+        raise SystemExit(f"loopscribe: {hide(str(error))}") from None
+    print(json.dumps(report, indent=2, sort_keys=True))
+    for finding in dry_run_findings(report):
+        print(hide(f"loopscribe: warning: {finding}"), file=sys.stderr, flush=True)
+    for line in dry_run_lines(report, config.output):
+        print(hide(f"loopscribe: {line}"), flush=True)
     return 0
 
 

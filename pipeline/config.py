@@ -49,7 +49,15 @@ class InputConfig:
 
     glob: Literal["auto", "always", "never"] = setting(
         "auto", "read --manifest names as globs: auto: only where no file has that very name")
-    read_timeout_s: float = setting(60.0, "seconds one audio file's read may take", above=0, finite=True)
+    read_timeout_s: float = setting(60.0, "seconds one audio file's read may take, retries included", above=0,
+                                    finite=True)
+    # transient: connection refused or lost, DNS, a backend's timeout, HTTP 429 and 5xx (pipeline/io/remote.py)
+    read_retries: int = setting(
+        4, "times a remote audio read that failed in a way that may pass (connection refused or lost, DNS, timeout, "
+           "HTTP 429 or 5xx) is tried again, within --read-timeout-s, before its row is an error row; 0: never",
+        minimum=0)
+    read_retry_wait_s: float = setting(0.5, "seconds before the first retry of an audio read; each next one waits "
+                                            "twice as long", above=0, finite=True)
     max_file_bytes: int = setting(2 << 30, "largest audio file read", above=0)
     max_row_duration_s: float = setting(3 * 3600.0, "most seconds of audio one row may decode to", above=0,
                                         finite=True)
@@ -58,9 +66,19 @@ class InputConfig:
     duration_tolerance_s: float = setting(
         0.25, "a manifest duration further than this from the measured one is counted in the summary", above=0,
         finite=True)
+    # for manifests from others: not part of the output's identity, since it only makes rows error rows (a later run
+    # with other roots and --retry-errors transcribes them); pipeline/io/uris.py::AudioRoots
+    allowed_roots: tuple[str, ...] = setting(
+        (), "local folders and URI prefixes (s3://bucket/audio/, https://host/audio/) audio may come from; a row whose "
+            "audio lies elsewhere (local paths after resolving .. and links) is an error row naming this rule",
+        metavar="ROOT", default_help="anywhere", checked=False)
 
     def __post_init__(self) -> None:
         check_settings(self, "input")
+        roots = (self.allowed_roots,) if isinstance(self.allowed_roots, str) else tuple(self.allowed_roots)
+        if not all(isinstance(root, str) and root for root in roots):
+            raise ValueError(f"input.allowed_roots must be non-empty paths or URI prefixes, got {self.allowed_roots!r}")
+        object.__setattr__(self, "allowed_roots", roots)
 
 
 @dataclass(frozen=True)
@@ -141,6 +159,14 @@ class TranscribeJobConfig:
     retry_errors: bool = setting(
         False, "transcribe again the rows an earlier run into the same --output committed as error rows (audio that "
                "could not be read then, say); the new row replaces the error row", group="input and output")
+    # neither is part of the output's identity: they choose which rows a run writes, not how a row is made
+    limit: int | None = setting(
+        None, "transcribe at most the first N rows of the manifests, in order (the rows already committed among them "
+              "are skipped); the same command with a larger N continues", minimum=1, metavar="N",
+        default_help="every row", group="input and output")
+    dry_run: bool = setting(
+        False, "check without transcribing: plan the decoding, read every manifest line, read the start of a sample "
+               "of the audio, print the totals; no Ray, nothing written", group="input and output")
 
     def __post_init__(self) -> None:
         check_settings(self)

@@ -14,6 +14,8 @@ by `ReadManifests` actors, so a corpus of many large manifests streams instead o
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -21,11 +23,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from pipeline import schema
 from pipeline.config import TranscribeJobConfig
 from pipeline.decoding import DecodingPlan
-from pipeline.io import expand_manifest_uris, file_sha256, sink, sniff_manifest
+from pipeline.io import cached_sha256, expand_manifest_uris, models_dir, read_manifest, sink, sniff_manifest
 from pipeline.io.redact import redact, redact_values
+from pipeline.io.uris import AudioRoots
 from pipeline.model import ModelFacts, ModelLoadError, fetch_model, read_model_facts
 from pipeline.preflight import plan_job
 from pipeline.stages import FinishAndWrite, LoadAudio, ReadManifests, TranscribeBatch, summarize
@@ -44,23 +50,60 @@ class OutputMismatchError(JobError):
     """The output folder holds results made with another model or decoding."""
 
 
+def output_identity(config: TranscribeJobConfig, model_sha256: str | None) -> dict[str, Any]:
+    """What the output's claim records: `config.results_identity()` with the model named by its content,
+    `model.content_sha256` (a file replaced at the same path is another model), and not by the sha256 a user
+    pinned (the same content, pinned or not, is the same model). Without `model_sha256` (before the model is
+    fetched) the model's content is left out, and `sink.check_identity` compares the rest."""
+    identity = config.results_identity()
+    model = {key: value for key, value in identity["model"].items() if key not in ("sha256", "cache_dir")}
+    if model_sha256 is not None:
+        model["content_sha256"] = model_sha256
+    return {**identity, "model": model}
+
+
 def check_output(config: TranscribeJobConfig) -> None:
-    """Refuse to add rows to an output whose earlier rows were made by another model or decoding."""
+    """Refuse, before the model is fetched, to add rows to an output claimed for another decoding or model URI
+    (the model's content is compared when the output is claimed, `claim_output`)."""
     try:
-        sink.check_identity(config.output, config.results_identity())
+        sink.check_identity(config.output, output_identity(config, None))
     except sink.IdentityMismatch as error:
         raise OutputMismatchError(str(error)) from None
 
 
-def model_identity(config: TranscribeJobConfig) -> tuple[Path, str]:
-    """The model file on this node and the id written in the `model` column: name and sha256 prefix."""
+def claim_output(config: TranscribeJobConfig, model_sha256: str) -> None:
+    """Claim the output for this job's results before any work (`sink.claim_output`, atomic: of two jobs of
+    different identities started together, one is refused here with the setting that differs, before it writes
+    anything), then mark it incomplete until this run's `_SUCCESS`."""
+    try:
+        sink.claim_output(config.output, output_identity(config, model_sha256))
+    except sink.IdentityMismatch as error:
+        raise OutputMismatchError(str(error)) from None
+    sink.mark_incomplete(config.output)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelIdentity:
+    path: Path  # the model file on this node
+    sha256: str  # of its content: hashed once per fetch (a local file once per version, `cached_sha256`)
+    model_id: str  # what the `model` column says: the file's name and the sha256's first 16 digits
+
+
+def model_identity(config: TranscribeJobConfig) -> ModelIdentity:
+    """The model file on this node, the sha256 of its content and the id written in the `model` column."""
     try:
         path = fetch_model(config.model)
+        digest = cached_sha256(path, models_dir(config.model.cache_dir))
     except Exception as error:  # fsspec backends raise their own types (botocore, gcsfs, aiohttp ...)
         raise JobError(redact(f"cannot fetch the model {config.model.uri}: {type(error).__name__}: {error}")) \
             from None
-    digest = config.model.sha256 or file_sha256(path)
-    return path, f"{config.model.uri.rstrip('/').rsplit('/', 1)[-1]} sha256:{digest[:16]}"
+    return ModelIdentity(path, digest, f"{config.model.uri.rstrip('/').rsplit('/', 1)[-1]} sha256:{digest[:16]}")
+
+
+def pinned_to(config: TranscribeJobConfig, model_sha256: str) -> TranscribeJobConfig:
+    """The config the stages get: the model pinned to the content the output was claimed with, so that an actor
+    never loads a file replaced at the model's path after the job started (its load fails, naming both sha256s)."""
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, sha256=model_sha256))
 
 
 def plan_job_decoding(facts: ModelFacts, config: TranscribeJobConfig, device: str) -> DecodingPlan:
@@ -73,15 +116,16 @@ def plan_job_decoding(facts: ModelFacts, config: TranscribeJobConfig, device: st
         raise JobError(str(error)) from None
 
 
-def connect_ray(address: str | None) -> None:
+def connect_ray(address: str | None) -> bool:
     """Join the Ray cluster at `address`, else RAY_ADDRESS (set by `ray job submit`), else start a private local
-    Ray on loopback only; nothing if this process is connected already."""
+    Ray on loopback only; nothing if this process is connected already. True where it started a private Ray (which
+    `ray.shutdown()` stops, with every process of it)."""
     import os
 
     import ray
 
     if ray.is_initialized():
-        return
+        return False
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, logging_level=logging.WARNING)
@@ -92,6 +136,7 @@ def connect_ray(address: str | None) -> None:
             lambda record: "Token authentication is enabled" not in record.getMessage())
         ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", logging_level=logging.WARNING)
     quiet_ray_data()
+    return not address
 
 
 def quiet_ray_data() -> None:
@@ -123,7 +168,8 @@ def resolve_device(config: TranscribeJobConfig) -> str:
     return "cuda" if ray.cluster_resources().get("GPU", 0) > 0 else "cpu"
 
 
-def read_rows(config: TranscribeJobConfig, manifest_uris: list[str], spare_cpus: float):
+def read_rows(config: TranscribeJobConfig, manifest_uris: list[str], spare_cpus: float,
+              row_limits: dict[str, int] | None = None):
     """The manifests' rows not yet committed, as a dataset of blocks of `LoadAudio.BATCH_ROWS` rows where it can.
 
     Ray Data merges everything a task yields into blocks of up to 128 MiB, so a manifest of a million rows
@@ -140,7 +186,8 @@ def read_rows(config: TranscribeJobConfig, manifest_uris: list[str], spare_cpus:
 
     dataset = ray.data.from_items([{schema.MANIFEST: uri} for uri in manifest_uris])
     dataset = dataset.map_batches(
-        ReadManifests(sink.committed_ids(config.output, ok_only=config.retry_errors), chunk_rows=LoadAudio.BATCH_ROWS),
+        ReadManifests(sink.committed_ids(config.output, ok_only=config.retry_errors), chunk_rows=LoadAudio.BATCH_ROWS,
+                      row_limits=row_limits, allowed_roots=AudioRoots(config.input.allowed_roots)),
         batch_size=1, batch_format="pyarrow", num_cpus=ReadManifests.CPUS,
         compute=TaskPoolStrategy(size=max(1, min(ReadManifests.MAX_TASKS, len(manifest_uris)))))
     nodes = sum(1 for node in ray.nodes() if node["Alive"])
@@ -155,9 +202,10 @@ def read_rows(config: TranscribeJobConfig, manifest_uris: list[str], spare_cpus:
 
 
 def build_transcription(config: TranscribeJobConfig, plan: DecodingPlan, manifest_uris: list[str],
-                        sample_rate: int, model_id: str):
+                        sample_rate: int, model_id: str, row_limits: dict[str, int] | None = None):
     """The Ray Data plan of one job (lazy): a dataset of one summary row per committed part. What each stage's
-    workers reserve is the stage class's to say; how many of them run, the job's `resources`."""
+    workers reserve is the stage class's to say; how many of them run, the job's `resources`. `row_limits`
+    (`first_rows`): the rows of each manifest read, where not all."""
     import ray
     from ray.data import ActorPoolStrategy
 
@@ -166,7 +214,7 @@ def build_transcription(config: TranscribeJobConfig, plan: DecodingPlan, manifes
     finish_cpus = FinishAndWrite.cpus(plan)
     reserved_cpus = (ReadManifests.CPUS + asr_cpus * resources.asr_actors + LoadAudio.CPUS * resources.audio_actors
                      + finish_cpus * resources.writer_actors)
-    dataset = read_rows(config, manifest_uris, ray.cluster_resources().get("CPU", 0.0) - reserved_cpus)
+    dataset = read_rows(config, manifest_uris, ray.cluster_resources().get("CPU", 0.0) - reserved_cpus, row_limits)
     dataset = dataset.map_batches(
         LoadAudio, fn_constructor_kwargs={"sample_rate": sample_rate, "limits": config.input,
                                           "long_audio": config.long_audio, "nice_steps": resources.side_stage_nice},
@@ -209,29 +257,104 @@ def stage_error(error: BaseException) -> str | None:
 def output_totals(output: str, duration_tolerance_s: float) -> dict[str, Any]:
     """Rows and outcomes of everything committed under `output` (this run and earlier ones), and what a user
     should look at: manifest ids given to more than one utterance (both kept), and rows whose manifest
-    `duration` is further than `duration_tolerance_s` from the measured one."""
-    table = sink.read_output(output, columns=[schema.STATUS, schema.SOURCE_ID, schema.DURATION,
-                                              schema.AUDIO_DURATION, schema.MANIFEST, schema.LINE])
-    statuses = table.column(schema.STATUS).to_pylist()
-    utterances_by_id: dict[str, int] = {}
-    for source_id in table.column(schema.SOURCE_ID).to_pylist():
-        if source_id is not None:
-            utterances_by_id[source_id] = utterances_by_id.get(source_id, 0) + 1
-    shared = sorted(source_id for source_id, count in utterances_by_id.items() if count > 1)
-    mismatched = [f"{manifest}, line {line}: duration {given:g} s, measured {measured:.3f} s"
-                  for manifest, line, given, measured in zip(
-                      *(table.column(c).to_pylist() for c in (schema.MANIFEST, schema.LINE, schema.DURATION,
-                                                              schema.AUDIO_DURATION)))
-                  if measured is not None and given and abs(given - measured) > duration_tolerance_s]
-    return {"rows": table.num_rows, "rows_ok": statuses.count(schema.STATUS_OK),
-            "rows_error": statuses.count(schema.STATUS_ERROR),
+    `duration` differs from their audio by more than `duration_tolerance_s` (`duration_mismatches`, both ways).
+
+    Both ways: a duration longer than the audio decoded (the file ends before it); and one shorter than the file,
+    where the row stands for a whole file, that is, it starts at 0 and no other row names its file and channel
+    (`durations_shorter_than_audio`: only the manifest's duration was transcribed; a segment of a recording that
+    other rows cut too is not compared with the whole). Counted in Arrow: a million rows never become Python
+    objects here."""
+    table = sink.read_output(output, columns=[
+        schema.STATUS, schema.SOURCE_ID, schema.MANIFEST, schema.LINE, schema.AUDIO_FILEPATH, schema.CHANNEL,
+        schema.OFFSET, schema.DURATION, schema.AUDIO_DURATION, schema.FILE_DURATION], every_part=True)
+    statuses = pc.value_counts(table.column(schema.STATUS)).to_pylist()
+    by_status = {entry["values"]: entry["counts"] for entry in statuses}
+    source_ids = pc.value_counts(table.column(schema.SOURCE_ID).drop_null())
+    shared = sorted(source_ids.field("values").filter(pc.greater(source_ids.field("counts"), 1)).to_pylist())
+    longer, shorter = duration_mismatches(table, duration_tolerance_s)
+    longer_examples, shorter_examples = (duration_examples(table.filter(mask), kind)
+                                         for mask, kind in ((longer, "longer"), (shorter, "shorter")))
+    longer_count, shorter_count = (pc.sum(mask).as_py() or 0 for mask in (longer, shorter))
+    return {"rows": table.num_rows, "rows_ok": by_status.get(schema.STATUS_OK, 0),
+            "rows_error": by_status.get(schema.STATUS_ERROR, 0),
             "ids_given_to_several_utterances": len(shared), "ids_given_to_several_examples": shared[:SHOWN_EXAMPLES],
-            "duration_mismatches": len(mismatched), "duration_mismatch_examples": mismatched[:SHOWN_EXAMPLES]}
+            "duration_mismatches": longer_count + shorter_count,
+            "duration_mismatch_examples": [example for _, example in sorted(
+                longer_examples + shorter_examples)][:SHOWN_EXAMPLES],
+            "durations_shorter_than_audio": shorter_count,
+            "durations_shorter_examples": [example for _, example in shorter_examples]}
+
+
+def duration_mismatches(table: pa.Table, tolerance_s: float) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
+    """Rows of `table` (the output's, `output_totals`) whose manifest duration is longer than the audio decoded,
+    and rows standing for a whole file whose duration is shorter than the file, by more than `tolerance_s`: two
+    boolean masks."""
+    given, decoded = table.column(schema.DURATION), table.column(schema.AUDIO_DURATION)
+    whole = table.column(schema.FILE_DURATION)
+    longer = pc.fill_null(pc.and_(pc.greater(given, 0), pc.greater(pc.abs(pc.subtract(given, decoded)), tolerance_s)),
+                          False)
+    shorter = pc.fill_null(pc.and_(pc.and_(pc.greater(given, 0), pc.equal(table.column(schema.OFFSET), 0)),
+                                   pc.and_(pc.greater(pc.subtract(whole, given), tolerance_s), pc.invert(longer))),
+                           False)
+    if pc.any(shorter).as_py():  # a row that shares its file and channel with another is a segment, not the whole
+        sources = pc.binary_join_element_wise(
+            pc.fill_null(table.column(schema.AUDIO_FILEPATH), ""),
+            pc.fill_null(pc.cast(table.column(schema.CHANNEL), pa.string()), ""), "\x00")
+        counts = pc.value_counts(sources)
+        shared = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
+        shorter = pc.and_(shorter, pc.invert(pc.is_in(sources, value_set=shared)))
+    return longer, shorter
+
+
+def duration_examples(rows: pa.Table, kind: str) -> list[tuple[tuple[str, int], str]]:
+    """The first `SHOWN_EXAMPLES` of `rows` (one kind of `duration_mismatches`: "longer" or "shorter") in manifest
+    and line order, each as ((manifest, line), a line saying where and how it differs)."""
+    first = rows.sort_by([(schema.MANIFEST, "ascending"), (schema.LINE, "ascending")]).slice(0, SHOWN_EXAMPLES)
+    examples = []
+    for row in first.select([schema.MANIFEST, schema.LINE, schema.DURATION, schema.AUDIO_DURATION,
+                             schema.FILE_DURATION]).to_pylist():
+        where = f"{row[schema.MANIFEST]}, line {row[schema.LINE]}: duration {row[schema.DURATION]:g} s"
+        how = (f"measured {row[schema.AUDIO_DURATION]:.3f} s" if kind == "longer" else
+               f"the file {row[schema.FILE_DURATION]:.3f} s (only {row[schema.DURATION]:g} s of it transcribed)")
+        examples.append(((row[schema.MANIFEST] or "", row[schema.LINE] or 0), f"{where}, {how}"))
+    return examples
 
 
 def print_progress(done: dict[str, Any]) -> None:
     print(f"loopscribe: committed {done['rows']} rows ({done['rows_error']} errors) in {done['parts']} parts, "
           f"{done['audio_hours'] * 3600:.1f} s of audio, {done['wall_s']:.0f} s", flush=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstRows:
+    """What a run with `--limit` reads: its manifests, and how many rows of each."""
+
+    manifest_uris: list[str]  # the manifests that hold the first rows, in order
+    row_limits: dict[str, int]  # manifest URI -> its rows within the limit (counted when the run started)
+    rows_beyond: bool  # whether the manifests hold rows past the limit
+
+
+def first_rows(manifest_uris: list[str], limit: int | None) -> FirstRows:
+    """The first `limit` rows of the manifests in order (None: every row), counted as `ReadManifests` reads them: a
+    non-blank line is a row, an unusable one too (an error row). The driver reads at most `limit` rows, one more,
+    and the first row of each manifest past the limit. Rows already committed count: a rerun with the same limit
+    finds nothing to do, and one with a larger limit continues where the last stopped."""
+    if limit is None:
+        return FirstRows(list(manifest_uris), {}, False)
+    kept: list[str] = []
+    row_limits: dict[str, int] = {}
+    left = limit
+    for index, uri in enumerate(manifest_uris):
+        if left == 0:
+            beyond = any(next(read_manifest(later), None) is not None for later in manifest_uris[index:])
+            return FirstRows(kept, row_limits, beyond)
+        rows = sum(1 for _ in itertools.islice(read_manifest(uri), left + 1))
+        kept.append(uri)
+        row_limits[uri] = min(rows, left)
+        if rows > left:
+            return FirstRows(kept, row_limits, True)
+        left -= rows
+    return FirstRows(kept, row_limits, False)
 
 
 def expand_manifests(config: TranscribeJobConfig, warn: Callable[[str], None] = log.warning) -> list[str]:
@@ -260,16 +383,21 @@ def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str,
     started = time.time()
     check_output(config)
     manifest_uris = manifest_uris if manifest_uris is not None else expand_manifests(config)
-    model_path, model_id = model_identity(config)
+    first = first_rows(manifest_uris, config.limit)
+    model = model_identity(config)
+    model_id = model.model_id
     device = resolve_device(config)
-    facts = read_model_facts(model_path)
+    facts = read_model_facts(model.path)
     plan = plan_job_decoding(facts, config, device)
+    claim_output(config, model.sha256)
+    config = pinned_to(config, model.sha256)
     sink.write_json(config.output, sink.CONFIG_FILE, {
-        "config": config.to_dict(), "identity": config.results_identity(), "row_identity": schema.ROW_IDENTITY,
-        "model_id": redact(model_id), "device": device, "manifests": [redact(uri) for uri in manifest_uris]})
+        "config": config.to_dict(), "identity": output_identity(config, model.sha256),
+        "row_identity": schema.ROW_IDENTITY, "model_id": redact(model_id), "model_sha256": model.sha256,
+        "device": device, "manifests": [redact(uri) for uri in manifest_uris]})
     log.info("%d manifest(s) -> %s (%s, %s)", len(manifest_uris), redact(config.output), plan.description, device)
     parts: list[dict[str, Any]] = []
-    dataset = build_transcription(config, plan, manifest_uris, facts.sample_rate, model_id)
+    dataset = build_transcription(config, plan, first.manifest_uris, facts.sample_rate, model_id, first.row_limits)
     try:
         for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
             for part in batch.to_pylist():
@@ -285,7 +413,10 @@ def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str,
     summary = summarize(parts, started)
     summary = {**output_totals(config.output, config.input.duration_tolerance_s), "this_run": summary,
                "duplicates_removed": deduplicated.duplicates, "error_rows_replaced": deduplicated.errors_replaced,
-               "model_id": model_id, "decoding": plan.description, "device": device}
+               "repeats_differing": deduplicated.conflicting,
+               "repeats_differing_examples": list(deduplicated.conflict_examples),
+               "model_id": model_id, "model_sha256": model.sha256, "decoding": plan.description, "device": device,
+               "limit": config.limit, "rows_beyond_limit": first.rows_beyond}
     summary = redact_values(summary)
     sink.mark_success(config.output, summary)
     return summary

@@ -35,6 +35,9 @@ STATUS_ERROR = "error"
 
 # results
 AUDIO_DURATION = "audio_duration"  # seconds of audio decoded, measured (the manifest's `duration` may be wrong)
+# seconds of the whole audio file from offset 0 (its header, or where decoding found its end); null where unknown. A
+# manifest `duration` shorter than the file is transcribed as the manifest says, and counted (graph.output_totals)
+FILE_DURATION = "file_duration"
 TEXT = "text"
 CONFIDENCE = "confidence"  # the utterance's: the aggregate of its words' confidences; null where not asked
 WORDS = "words"  # list of {word, start, end, confidence}, seconds from the start of the utterance
@@ -81,7 +84,8 @@ INPUT_COLUMNS = (UTTERANCE_ID, MANIFEST, LINE, SOURCE_ID, AUDIO_FILEPATH, OFFSET
 _TYPES = {  # every column that rows carry from the manifests to the output, and its Arrow type
     UTTERANCE_ID: pa.string(), MANIFEST: pa.string(), LINE: pa.int64(), SOURCE_ID: pa.string(),
     AUDIO_FILEPATH: pa.string(), OFFSET: pa.float64(), DURATION: pa.float64(), CHANNEL: pa.int64(),
-    AUDIO_DURATION: pa.float64(), REFERENCE_TEXT: pa.string(), EXTRA: pa.string(), TEXT: pa.string(),
+    AUDIO_DURATION: pa.float64(), FILE_DURATION: pa.float64(), REFERENCE_TEXT: pa.string(), EXTRA: pa.string(),
+    TEXT: pa.string(),
     WORDS: pa.list_(WORD_TYPE), CONFIDENCE: pa.float64(), SECOND_HEAD_TEXT: pa.string(), HEAD_AGREEMENT: pa.float64(),
     STATUS: pa.string(), ERROR: pa.string(), MODEL: pa.string(), DECODING: pa.string(),
     PHRASES: pa.list_(PHRASE_TYPE),  # between stages only: the output keeps the manifest's `phrases` in `extra`
@@ -94,6 +98,6 @@ INPUT_SCHEMA = pa.schema([pa.field(name, _TYPES[name]) for name in INPUT_COLUMNS
 OUTPUT_SCHEMA = pa.schema([
     pa.field(name, _TYPES[name], nullable=name not in _REQUIRED)
     for name in (UTTERANCE_ID, MANIFEST, LINE, SOURCE_ID, AUDIO_FILEPATH, OFFSET, DURATION, CHANNEL, AUDIO_DURATION,
-                 REFERENCE_TEXT, EXTRA, TEXT, WORDS, CONFIDENCE, SECOND_HEAD_TEXT, HEAD_AGREEMENT, STATUS, ERROR, MODEL,
-                 DECODING)
+                 FILE_DURATION, REFERENCE_TEXT, EXTRA, TEXT, WORDS, CONFIDENCE, SECOND_HEAD_TEXT, HEAD_AGREEMENT,
+                 STATUS, ERROR, MODEL, DECODING)
 ])

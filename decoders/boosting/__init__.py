@@ -6,7 +6,7 @@ The names below are this package's public face, imported lazily (`decoders/expor
 from decoders.exports import lazy_exports
 
 __getattr__, __all__ = lazy_exports(__name__, {
-    "phrase_list": ("PhraseListError", "split_phrase"),
+    "phrase_list": ("PhraseListError", "phrase_casings", "split_phrase"),
     "rows": ("RowPhraseBoosting",),
     "tree": ("PhraseBoosting", "WeightedSum", "phrase_token_sequences", "read_phrase_list"),
 })

@@ -1,6 +1,14 @@
 """The phrase-list format, for `--phrases` files and a manifest row's `phrases`: one phrase a line (an item), and
 `phrase<TAB>weight` to give a phrase its own context score. Light (no torch): the manifest reader checks rows'
-lists with it; `decoders/boosting/tree.py` builds the tree."""
+lists with it; `decoders/boosting/tree.py` builds the tree.
+
+Casing (`phrase_casings`), for a model whose tokenizer writes capitals (parakeet's): its tokens for "Paris" and
+"paris" differ, and it writes "Paris". A phrase that holds a capital is boosted as written: its writer chose the
+casing ("NASA", "iPhone", "McDonald's"). A phrase written all in lower case is boosted as written, with its first
+letter capitalised (a sentence's start: "Turn on the lights"), and with every word capitalised but the minor ones
+inside it (a name: "Bank of America", "Paris"). Acronyms are not guessed ("bbc" is not also "BBC": "Bob" would
+then be "BOB" too): write them in capitals. A lower-case tokenizer lowercases every phrase instead, as before.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +35,26 @@ def split_phrase(line: str, weighted: bool = True) -> tuple[str, float | None]:
     if not text:
         raise PhraseListError("empty phrase (a blank line, only spaces, or nothing before the tab)")
     return text, weight
+
+
+# words a capitalised name keeps in lower case inside it ("Bank of America", "Tower of London")
+MINOR_WORDS = frozenset("a an and as at but by de del der for from in la le nor of on or the to van von with".split())
+
+
+def phrase_casings(text: str) -> list[str]:
+    """The casings a cased tokenizer's model may write a phrase in (module docstring): `text` first, then for a
+    phrase written all in lower case its sentence-start and name casings, each once."""
+    if not any(char.islower() for char in text) or any(char.isupper() for char in text):
+        return [text]
+    words = text.split(" ")
+    sentence = [_capitalised(words[0]), *words[1:]]
+    name = [_capitalised(word) if index == 0 or word not in MINOR_WORDS else word
+            for index, word in enumerate(words)]
+    return list(dict.fromkeys([text, " ".join(sentence), " ".join(name)]))
+
+
+def _capitalised(word: str) -> str:
+    return word[:1].upper() + word[1:] if word[:1].isalpha() and len(word[:1].upper()) == 1 else word
 
 
 class PhraseListError(ValueError):
@@ -70,4 +98,5 @@ def read_phrase_list(path: str, name: str | None = None) -> list[Phrase]:
     return parse_phrase_lines(lines, name)
 
 
-__all__ = ["Phrase", "PhraseListError", "parse_phrase_lines", "read_phrase_list", "split_phrase"]
+__all__ = ["MINOR_WORDS", "Phrase", "PhraseListError", "parse_phrase_lines", "phrase_casings", "read_phrase_list",
+           "split_phrase"]

@@ -31,7 +31,9 @@ same when all weights are equal (NeMo's only case) and does not depend on order.
 Phrase lists (`read_phrase_list`): one phrase a line, optionally `phrase<TAB>weight`; every refusal names the
 file and line. Tokenizing (`phrase_token_sequences`) takes the tokenizer as plain callables, so this module stays
 free of tokenizer libraries: each word of a phrase is spelled with its word-start piece (`▁rachel` -> `▁r ac he l`)
-and also as the lone word-start piece followed by the word's inner pieces (`▁ r ac he l`), as models emit both.
+and also as the lone word-start piece followed by the word's inner pieces (`▁ r ac he l`), as models emit both;
+for a cased tokenizer the caller also spells a lower-case phrase in the casings the model writes
+(`decoders/boosting/phrase_list.py::phrase_casings`: "paris" as "Paris").
 
 Dims: B batch, V labels (no blank), S states, A arcs, K labels queried per state.
 """

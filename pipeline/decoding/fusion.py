@@ -96,7 +96,10 @@ class PhraseTokenizer:
     """A phrase -> its token spellings (`decoders.boosting.tree.phrase_token_sequences`) with a SentencePiece
     processor: normalised as the tokenizer's training text was (`pipeline.lm.text.TextNormaliser`: case, numbers
     spelled out, punctuation it lacks), each word with its word-start piece, and as the lone word-start piece
-    followed by the word's inner pieces (encoded without SentencePiece's dummy prefix)."""
+    followed by the word's inner pieces (encoded without SentencePiece's dummy prefix). For a cased tokenizer, a
+    phrase written in lower case is also spelled in the casings the model writes it in
+    (`decoders.boosting.phrase_list.phrase_casings`: "paris" as "Paris" too), each where the tokenizer can
+    write it without `<unk>`; the phrase as written must be writable."""
 
     def __init__(self, processor: Any) -> None:
         import sentencepiece
@@ -116,7 +119,7 @@ class PhraseTokenizer:
         self.unk_id = processor.unk_id()
 
     def __call__(self, text: str, where: str = "phrase") -> list[list[int]]:
-        from decoders.boosting import PhraseListError, phrase_token_sequences
+        from decoders.boosting import PhraseListError, phrase_casings
 
         normalised = self.normalise(text)
         if not normalised:
@@ -125,11 +128,23 @@ class PhraseTokenizer:
             missing = sorted({c for c in normalised if c != " " and c not in self.normalise.alphabet})
             raise PhraseListError(f"{where}: {text!r} holds characters the model's tokenizer cannot encode: "
                                   f"{''.join(missing)!r}")
-        spellings = phrase_token_sequences(normalised.split(), self.processor.encode, self.inner.encode,
-                                           self.word_start_id)
+        spellings = self.spell(normalised)
         if any(self.unk_id in spelling for spelling in spellings):
             raise PhraseListError(f"{where}: {text!r} is encoded with the unknown token")
+        if self.normalise.cased:
+            for casing in phrase_casings(normalised)[1:]:
+                if self.normalise.encodable(casing):
+                    spelled = self.spell(casing)
+                    if not any(self.unk_id in spelling for spelling in spelled):
+                        spellings += [spelling for spelling in spelled if spelling not in spellings]
         return spellings
+
+    def spell(self, normalised: str) -> list[list[int]]:
+        """The token spellings of a phrase already normalised (`phrase_token_sequences`)."""
+        from decoders.boosting import phrase_token_sequences
+
+        return phrase_token_sequences(normalised.split(), self.processor.encode, self.inner.encode,
+                                      self.word_start_id)
 
 
 def phrase_spellings(processor: Any, text: str) -> list[list[int]]:

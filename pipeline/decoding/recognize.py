@@ -1,6 +1,7 @@
 """Waveforms -> text, tokens and word timestamps in seconds: encoder + decoder, end to end, in one process.
 
-`transcript_of` turns one hypothesis into text and word spans (the writer stage calls it); `GreedyRecognizer`
+`transcript_of` turns one hypothesis into text and word spans (the writer stage calls it), the text as NeMo's decoding
+writes it (`hypothesis_text`); `GreedyRecognizer`
 and `recognize` decode waveforms with the greedy decoder of either head of an `AsrModel` (the transducer,
 RNN-T or TDT, or the CTC head of CTC and hybrid models), planned by `pipeline/decoding/plan.py` as the job plans it.
 
@@ -9,6 +10,8 @@ Dims: B batch, S samples, T encoder frames, D encoder features.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -55,6 +58,23 @@ def pad_waveforms(waveforms: Sequence[np.ndarray | Tensor]) -> tuple[Tensor, Ten
     return torch.from_numpy(padded), lengths
 
 
+@functools.cache
+def _space_before(punctuation: frozenset[str]) -> re.Pattern[str]:
+    marks = sorted(punctuation, key=lambda mark: (-len(mark), mark))
+    return re.compile(r"(\s)(" + "|".join(re.escape(mark) for mark in marks) + ")")
+
+
+def hypothesis_text(tokenizer, tokens: Sequence[int]) -> str:
+    """Token ids -> the text NeMo 3.0's decoding gives a hypothesis: the tokenizer's text with the one space
+    before each of the vocabulary's punctuation marks removed (`decode_tokens_to_str_with_strip_punctuation`).
+    SentencePiece writes that space where a mark follows a lone "▁" piece or is a "▁," piece of its own,
+    which cased, punctuated vocabularies have. `tokenizer` is an `AsrModel`'s or a `ModelLayout`'s."""
+    text = tokenizer.ids_to_text([int(t) for t in tokens])
+    if tokenizer.punctuation:
+        text = _space_before(tokenizer.punctuation).sub(r"\2", text)
+    return text
+
+
 def transcript_of(model: AsrModel | ModelLayout, span_kind: SpanKind, tokens: Sequence[int],
                   frame_indices: Sequence[int], durations: Sequence[int] | None, score: float,
                   token_confidence: Sequence[float] | None = None, aggregation: Aggregation = "min") -> Transcript:
@@ -75,7 +95,7 @@ def transcript_of(model: AsrModel | ModelLayout, span_kind: SpanKind, tokens: Se
             raise ValueError(f"got {len(token_confidence)} token confidences for {len(tokens)} tokens")
         word_confidence, confidence = _word_and_utterance_confidence(token_confidence, words, aggregation)
     return Transcript(
-        text=tokenizer.ids_to_text(tokens),
+        text=hypothesis_text(tokenizer, tokens),
         tokens=tokens,
         pieces=pieces,
         frame_indices=frame_indices,

@@ -12,7 +12,7 @@ __getattr__, __all__ = lazy_exports(__name__, {
         "DEFAULT_CACHE_DIR", "DEFAULT_MODELS_DIR", "file_lock", "lms_dir", "models_dir", "phrases_dir",
         "word_lms_dir",
     ),
-    "fetch": ("fetch_file", "file_sha256"),
+    "fetch": ("cached_sha256", "fetch_file", "file_sha256"),
     "folder": ("Folder",),
     "manifest": ("read_manifest", "sniff_manifest"),
     "sink": ("IdSet",),

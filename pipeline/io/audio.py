@@ -7,6 +7,8 @@ turns it into an error row, so one bad file never fails a batch. What each bad i
 - missing, not a regular file, larger than `input.max_file_bytes` or slower to fetch than `input.read_timeout_s`:
   what reading it gives (`pipeline.io.audio_read`): "file not found", "not a regular file (FIFO)", an error naming
   the size and the limit, "read timed out after 60 s".
+- remote storage failing: what the failure was ("access denied (HTTP 403 Forbidden): ...", "connection refused",
+  "server error (HTTP 503 ...)", `pipeline.io.remote`), the transient ones after `input.read_retries` retries.
 - empty: "empty file"; not audio: "not decodable audio (<libsndfile's reason>)"; header only, or truncated
   before the first frame: "no audio frames (header only or truncated)"; cut or corrupt after some frames:
   "corrupt or truncated after <s> s".
@@ -28,6 +30,11 @@ float32 samples. A header declaring more frames than the bytes hold, within the 
 decoding stops where the bytes do (libsndfile already cuts a WAV's frame count to its bytes, so a WAV whose data
 chunk claims 4 GB on a 1 s body decodes to that 1 s), and the measured `duration_s` says what was decoded. A FLAC
 whose header leaves its length open (total frames 0, as streaming encoders write it) decodes to its end.
+
+Lengths: `duration_s` is what was decoded (the segment a row asks for: NeMo's convention, offset and duration
+select it), `file_duration_s` the whole file's from offset 0, as its header declares it or as decoding found its end
+(None where neither tells), so that a manifest `duration` shorter than the file can be seen (`pipeline/graph.py::
+output_totals`).
 
 Segments (a row with an offset or a duration) are read by byte range where libsndfile seeks cheaply
 (`RANGE_FORMATS`), the rows of one batch that name one file through one open of it, in order of offset
@@ -83,6 +90,9 @@ class LoadedAudio:
     duration_s: float  # measured: frames decoded / source_rate (the manifest's `duration` may be wrong)
     source_rate: int  # the file's sample rate, Hz
     channels: int  # the file's channel count (before selection or mixdown)
+    # the whole file's length, from offset 0: its header's frame count, or where decoding reached its end; None
+    # where neither tells (a header that leaves the length open, and a segment that ends before the file does)
+    file_duration_s: float | None = None
 
 
 def load_audio(
@@ -323,11 +333,14 @@ def _decode(sound: soundfile.SoundFile, sample_rate: int, offset_s: float, durat
         raise AudioError(f"{name}: no audio frames from offset {_seconds(offset_s)} s (the audio ends before it)")
     if resampler is not None:
         parts.append(_resample(resampler, np.zeros(0, np.float32), True, name))
+    # decoding stopped short of the budget where the file ends: then its end is known, whatever the header says
+    file_frames = start + decoded if decoded < budget or requested is None else declared
     samples = parts[0] if len(parts) == 1 else np.concatenate(parts)
     if len(samples) == 0:
         raise AudioError(f"{name}: {decoded} frame(s) at {source_rate} Hz are too short to give one sample at "
                          f"{sample_rate} Hz")
-    return LoadedAudio(np.ascontiguousarray(samples, dtype=np.float32), decoded / source_rate, source_rate, channels)
+    return LoadedAudio(np.ascontiguousarray(samples, dtype=np.float32), decoded / source_rate, source_rate, channels,
+                       None if file_frames is None else file_frames / source_rate)
 
 
 def _seconds(seconds: float) -> str:

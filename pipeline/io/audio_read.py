@@ -4,7 +4,13 @@ segments of a batch and read by byte range on demand (`open_source`, `RangeReade
 
 Any failure raises `AudioError` whose message names the file (its URI) and the cause:
 
-- missing: "file not found".
+- missing: "file not found" (over http or S3, with what the backend said: "file not found (HTTP 404 Not Found)").
+- remote storage failing: what it was (`pipeline.io.remote`): "access denied (HTTP 403 Forbidden): the credentials
+  may be missing, expired ...", "connection refused (host:port)", "host not found", "timed out", "connection lost",
+  "throttled (HTTP 429 ...)", "server error (HTTP 503 ...)". The transient ones are tried again, at most
+  `input.read_retries` times (`--read-retries`), waiting `input.read_retry_wait_s` and then twice as long each time,
+  all within the read's `read_timeout_s` (`call_within`); one that outlasts them says so, and that the same command
+  with `--retry-errors` tries the row again.
 - a local path that is not a regular file (FIFO, socket, device, directory): "not a regular file (FIFO)",
   found with `os.stat` before the file is opened (opening a FIFO nobody writes to blocks forever).
 - larger than `input.max_file_bytes` (`--max-file-bytes`): an error naming the size and the limit. A local
@@ -17,7 +23,10 @@ reasons too).
 
 Paths: a URI without "://" and a `file://` URI are local files, opened with `os.open`, never through fsspec, and
 taken literally (`x::y.wav`, `a#b [1].wav`, spaces and non-ASCII names; no chain, glob or fragment parsing, no
-percent-decoding, no `~` expansion). Anything else with "://" goes through fsspec (chains included).
+percent-decoding, no `~` expansion). Anything else with "://" goes through fsspec (chains included). A whole file
+is read from its start in one request where the backend can (`pipeline.io.remote.open_from_start`: a streaming GET
+over http), so a plain http server without range requests serves it; a segment of a file on such a server is read
+by range until the server answers a range with the whole file, and then from the file read whole (`_Source`).
 
 Segments (a row with an offset or a duration) are read by byte range where libsndfile seeks cheaply: WAV (PCM,
 float, u-law, IMA ADPCM), W64, RF64, AIFF, AU and CAF (PCM, ALAC) read the segment and the header, FLAC that plus a
@@ -58,6 +67,16 @@ from typing import Any
 import fsspec
 
 from pipeline.config import InputConfig
+from pipeline.io.remote import (
+    RetriesSpent,
+    StorageFailure,
+    classify_failure,
+    host_of,
+    is_http,
+    is_range_refusal,
+    open_from_start,
+    retry_transient,
+)
 from pipeline.io.uris import local_path
 
 DEFAULT_LIMITS = InputConfig()
@@ -73,7 +92,12 @@ _EXPECT_MARGIN = 0.1  # fetch this much more than a chunk of frames takes at the
 
 
 class AudioError(Exception):
-    """Audio that cannot be used, with the reason; the message names the file."""
+    """Audio that cannot be used, with the reason; the message names the file. `failure` says what a failed read of
+    remote storage was (None for anything else), so that a transient one can be tried again."""
+
+    def __init__(self, message: str, failure: StorageFailure | None = None) -> None:
+        super().__init__(message)
+        self.failure = failure
 
 
 _OBJECT_REPR = re.compile(r"<[^<>]*\bat 0x[0-9a-fA-F]+>|<_io\.[^<>]*>")
@@ -87,15 +111,9 @@ def without_object_reprs(message: str) -> str:
 
 def read_bytes(uri: str, limits: InputConfig = DEFAULT_LIMITS) -> bytes:
     """The bytes of one audio file, at most `limits.max_file_bytes` of them, fetched within
-    `limits.read_timeout_s` seconds (see the module docstring for local paths and the worker thread)."""
-    abandoned = threading.Event()
-    future = _FETCH_THREADS.submit(_fetch, uri, limits.max_file_bytes, abandoned)
-    done, _ = wait([future], timeout=limits.read_timeout_s)
-    if not done:
-        abandoned.set()
-        raise AudioError(f"{uri}: read timed out after {limits.read_timeout_s:g} s "
-                         f"(input.read_timeout_s, --read-timeout-s)")
-    return future.result()
+    `limits.read_timeout_s` seconds, retries included (see the module docstring for local paths, retries and the
+    worker thread)."""
+    return call_within(time.monotonic() + limits.read_timeout_s, limits, uri, _fetch, uri, limits.max_file_bytes)
 
 def _fetch(uri: str, max_bytes: int, abandoned: threading.Event) -> bytes:
     """Runs in a fetch thread: the file's bytes, or AudioError naming it."""
@@ -109,9 +127,14 @@ def _fetch(uri: str, max_bytes: int, abandoned: threading.Event) -> bytes:
 
 
 def _read_error(uri: str, error: Exception) -> AudioError:
-    """What a failed open or read says, naming the file."""
+    """What a failed open or read says, naming the file: for remote storage, what the failure was
+    (`pipeline.io.remote.classify_failure`)."""
     if isinstance(error, AudioError):
         return error
+    if local_path(uri) is None:
+        failure = classify_failure(error)
+        if failure is not None:
+            return AudioError(f"{uri}: {without_object_reprs(failure.describe())}", failure)
     if isinstance(error, (FileNotFoundError, NotADirectoryError)):
         return AudioError(f"{uri}: file not found")
     if isinstance(error, IsADirectoryError):
@@ -162,27 +185,34 @@ def _open_local(path: str, uri: str, max_bytes: int) -> io.FileIO:
 
 def _read_remote(uri: str, max_bytes: int, abandoned: threading.Event) -> bytes:
     filesystem, path = fsspec.core.url_to_fs(uri)
-    _remote_size(filesystem, path, uri, max_bytes)
-    with filesystem.open(path, "rb") as handle:
+    return _read_from_start(filesystem, path, uri, max_bytes, abandoned,
+                            _remote_size(filesystem, path, uri, max_bytes)[0])
+
+
+def _read_from_start(filesystem: fsspec.AbstractFileSystem, path: str, uri: str, max_bytes: int,
+                     abandoned: threading.Event, size: int | None = None) -> bytes:
+    with open_from_start(filesystem, path, size) as handle:
         return _read_capped(handle, uri, max_bytes, abandoned)
 
 
-def _remote_size(filesystem: fsspec.AbstractFileSystem, path: str, uri: str, max_bytes: int) -> int | None:
-    """A remote file's size where the backend tells it (checked against the cap), else None; a directory is
-    refused."""
+def _remote_size(filesystem: fsspec.AbstractFileSystem, path: str, uri: str, max_bytes: int
+                 ) -> tuple[int | None, bool]:
+    """A remote file's size where the backend tells it (checked against the cap), else None, and whether it can be
+    read by range (not where an http server says `Accept-Ranges: none`); a directory is refused. A failure of the
+    storage (`classify_failure`: missing, denied, unreachable) is raised."""
     try:
         info = filesystem.info(path)
-    except FileNotFoundError:
-        raise
-    except Exception:  # some backends cannot tell (an HTTP server without HEAD): the capped read still holds
-        info = {}
+    except Exception as error:
+        if isinstance(error, FileNotFoundError) or classify_failure(error) is not None:
+            raise
+        info = {}  # some backends cannot tell: the capped read still holds
     if info.get("type") == "directory":
         raise AudioError(f"{uri}: not a regular file (directory)")
     size = info.get("size")
     if isinstance(size, int) and not isinstance(size, bool):
         _check_size(size, uri, max_bytes)
-        return size
-    return None
+        return size, info.get("partial", True) is not False
+    return None, False
 
 
 def _read_capped(handle: Any, uri: str, max_bytes: int, abandoned: threading.Event) -> bytes:
@@ -214,15 +244,17 @@ def open_source(uri: str, max_bytes: int, abandoned: threading.Event) -> _Source
             source = _Source(handle, os.fstat(handle.fileno()).st_size)
         else:
             filesystem, path = fsspec.core.url_to_fs(uri)
-            size = _remote_size(filesystem, path, uri, max_bytes)
-            if size is None:
-                with filesystem.open(path, "rb") as handle:
-                    return _read_capped(handle, uri, max_bytes, abandoned)
+            size, ranges = _remote_size(filesystem, path, uri, max_bytes)
+            if size is None or not ranges:
+                return _read_from_start(filesystem, path, uri, max_bytes, abandoned, size)
             try:  # each read one ranged request: `RangeReader` decides what to fetch and keeps it
-                handle = filesystem.open(path, "rb", cache_type="none")
+                # (over http the size given, or fsspec asks the server for it again)
+                handle = filesystem.open(path, "rb", cache_type="none", **({"size": size} if is_http(filesystem)
+                                                                             else {}))
             except TypeError:  # a backend whose open takes no cache options
                 handle = filesystem.open(path, "rb")
-            source = _Source(handle, size)
+            source = _Source(handle, size, lambda abandoned: _read_from_start(filesystem, path, uri, max_bytes,
+                                                                               abandoned, size))
     except Exception as error:
         raise _read_error(uri, error) from None
     if abandoned.is_set():  # the caller stopped waiting: nobody will close it
@@ -232,28 +264,43 @@ def open_source(uri: str, max_bytes: int, abandoned: threading.Event) -> _Source
 
 class _Source:
     """One open file read by byte range, one read at a time (`lock`), in the fetch threads. A close waits for a
-    read still under way (one the caller gave up on) instead of closing the file under it."""
+    read still under way (one the caller gave up on) instead of closing the file under it.
 
-    def __init__(self, handle: Any, size: int) -> None:
-        self.handle, self.size = handle, size
+    A server that answers a range with the whole file (a plain http server) cannot be read by range: then the file
+    is read whole from its start (`read_whole`, capped like any read) and the ranges are served from its bytes."""
+
+    def __init__(self, handle: Any, size: int,
+                 read_whole: Callable[[threading.Event], bytes] | None = None) -> None:
+        self.handle, self.size, self.read_whole = handle, size, read_whole
         self.lock = threading.Lock()
         self.closed = False
+        self.whole: bytes | None = None  # the file's bytes, once ranges were refused
 
     def read(self, start: int, stop: int, abandoned: threading.Event) -> bytes:
         """Bytes `start` to `stop` (fewer only at the end of the file)."""
         with self.lock:
             if self.closed or abandoned.is_set():
                 return b""
-            self.handle.seek(start)
-            parts: list[bytes] = []
-            wanted = stop - start
-            while wanted > 0 and not abandoned.is_set():
-                part = self.handle.read(wanted)
-                if not part:
-                    break
-                parts.append(part)
-                wanted -= len(part)
-            return parts[0] if len(parts) == 1 else b"".join(parts)
+            if self.whole is None:
+                try:
+                    return self._read_range(start, stop, abandoned)
+                except Exception as error:
+                    if self.read_whole is None or not is_range_refusal(error):
+                        raise
+                    self.whole = self.read_whole(abandoned)
+            return self.whole[start:stop]
+
+    def _read_range(self, start: int, stop: int, abandoned: threading.Event) -> bytes:
+        self.handle.seek(start)
+        parts: list[bytes] = []
+        wanted = stop - start
+        while wanted > 0 and not abandoned.is_set():
+            part = self.handle.read(wanted)
+            if not part:
+                break
+            parts.append(part)
+            wanted -= len(part)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def close(self) -> None:
         if self.lock.acquire(blocking=False):
@@ -450,7 +497,22 @@ class RangeReader(io.RawIOBase):
 
 def call_within(deadline: float, limits: InputConfig, uri: str, function: Callable[..., Any], *args: Any) -> Any:
     """`function(*args, abandoned)` in a fetch thread, waited on until `deadline` (`time.monotonic()`); its
-    exception, or "read timed out" (the thread abandoned, `abandoned` set), is raised as AudioError."""
+    exception, or "read timed out" (the thread abandoned, `abandoned` set), is raised as AudioError. A transient
+    failure of remote storage is tried again (`pipeline.io.remote.retry_transient`: `limits.read_retries` times at
+    most, from `limits.read_retry_wait_s` doubling, all before `deadline`); one that outlasts the retries says so."""
+    if local_path(uri) is not None:  # a local file's failures are not transient
+        return _call_once(deadline, limits, uri, function, *args)
+    try:
+        return retry_transient(lambda: _call_once(deadline, limits, uri, function, *args),
+                               lambda error: error.failure if isinstance(error, AudioError) else None,
+                               host_of(uri), limits.read_retries, limits.read_retry_wait_s, deadline,
+                               "input.read_retries, --read-retries",
+                               "the same command with --retry-errors tries this row again")
+    except RetriesSpent as spent:
+        raise AudioError(f"{spent.error}{spent.note}", spent.failure) from None
+
+
+def _call_once(deadline: float, limits: InputConfig, uri: str, function: Callable[..., Any], *args: Any) -> Any:
     abandoned = threading.Event()
     timeout_s = deadline - time.monotonic()
     done = set()

@@ -7,8 +7,9 @@
         phrases/                phrase lists                                 (a fetch store)
 
 A fetch store (`pipeline/io/fetch.py`) is content-addressed: `blobs/<sha256><suffix>` holds the bytes,
-`refs/<key>.json` maps a remote object to its blob, and `locks/<key>.lock` makes concurrent fetches of one object
-on a node wait for one download. `file_lock` is that lock, for whatever else a node's processes build once.
+`refs/<key>.json` maps a remote object to its blob (and a version of a local file to its sha256, which is hashed
+once), and `locks/<key>.lock` makes concurrent fetches of one object on a node wait for one download.
+`file_lock` is that lock, for whatever else a node's processes build once.
 """
 
 from __future__ import annotations

@@ -12,6 +12,17 @@ Formats. Lines are told apart by their keys, so a file may mix both.
   channels decodes all channels of one source mixed down; several channels that are not all of one source's are
   an error row.
 
+Values kept as they are, never costing the row its transcript:
+- a reference `text` (a NeMo line's `text`, a supervision's) that is not a string is kept as its JSON text
+  (`42` -> "42", `["a", "b"]` -> '["a", "b"]'); unpaired surrogates (JSON escapes) in it are kept as their escapes
+  (`"\\ud800"`), as UTF-8 cannot hold them;
+- `NaN`, `Infinity` and `-Infinity` (which Python's JSON reader accepts) in the keys kept in `extra` are written as
+  the strings "NaN", "Infinity" and "-Infinity", so that `extra` is always valid JSON (as a number they would make
+  it unreadable to every strict JSON reader).
+A line nested deeper than `MAX_JSON_DEPTH` levels (100) is an error row saying so ("JSON nested 5000 levels deep,
+deeper than the 100 levels loopscribe reads"), valid JSON or not: no manifest needs more, and a bound of its own
+makes the answer the same in every process (Python's reader stops near 1,000, depending on its stack).
+
 Phrases. A row's own phrase list to boost (`phrases`: a NeMo line's key, a Lhotse cut's `custom` key; see
 docs/decoding.md) is a list of phrases, each a string (`"anna boyle"`, or `"anna boyle<TAB>2.5"` with its own
 weight, as in a `--phrases` file) or a `[phrase, weight]` pair; a weight is a number > 0. It goes to the
@@ -33,9 +44,9 @@ is skipped, and a file starting with a UTF-16 BOM is read as UTF-16. Blank lines
 but counted, so `line` is the line's number in the file. `read_manifest` never raises; what cannot be used is
 an error row, its `error` f"{uri}, line {n}: {why}":
 - a line that is not UTF-8: "not UTF-8 (byte 0xff at column 17)", columns counting bytes; a NUL byte, malformed
-  or truncated JSON (columns counting characters; a line ending inside the JSON value "ends early"), a value
-  that is not an object, a key missing, null or of the wrong type, a negative or non-finite number of seconds:
-  one row for that line, every other line unaffected;
+  or truncated JSON (columns counting characters; a line ending inside the JSON value "ends early"), JSON nested
+  deeper than `MAX_JSON_DEPTH`, a value that is not an object, a key missing, null or of the wrong type, a
+  negative or non-finite number of seconds: one row for that line, every other line unaffected;
 - compressed data cut short or corrupt: every complete line before the break, then one row "compressed data
   broken after line 41 (EOFError: ...)"; a file named `.gz` that is not gzip: one row "not a gzip file ...";
 - a binary file (an audio file given as a manifest): one row "not a text manifest: ...". A manifest is binary
@@ -57,8 +68,10 @@ is never parsed as an fsspec chain: `x::y.json` is that file.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -76,8 +89,12 @@ LHOTSE_KEYS = ("id", "start", "duration", "channel", "recording", "supervisions"
 SNIFF_BYTES = 1 << 20  # decompressed bytes `sniff_manifest` reads at most
 MAX_ROW_PHRASES = 10_000  # phrases a row may list (`phrases`): a bound on what one line can make an actor build
 MAX_PHRASE_CHARS = 1_000  # characters of one of them
+MAX_JSON_DEPTH = 100  # nesting levels a line may have (see the module docstring)
 IDENTITY_HEX_DIGITS = 32
 _SHOWN_CHARS = 80  # a value quoted in an error message is cut to this
+# a JSON string (to its end, or the line's: one pass, no backtracking), or a bracket
+_JSON_STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*+(?:"|\\?\Z)|[\[\]{}]', re.DOTALL)
+_NON_FINITE_TEXT = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
 
 # ---------------------------------------------------------------------------------------------------- identity
@@ -212,12 +229,15 @@ def _parse(line: str, uri: str, line_number: int, raw: bytes) -> dict[str, Any]:
 
     if "\x00" in line:
         return error_row(f"NUL byte at column {line.index(chr(0)) + 1}")
+    depth = _nesting_depth(line)
+    if depth > MAX_JSON_DEPTH:
+        return error_row(f"JSON nested {depth} levels deep, deeper than the {MAX_JSON_DEPTH} levels loopscribe reads")
     try:
         entry = json.loads(line)
     except json.JSONDecodeError as error:
         return error_row(_json_problem(error, line))
-    except RecursionError:
-        return error_row("malformed JSON (nested too deeply)")
+    except RecursionError:  # not reached within MAX_JSON_DEPTH; kept so that it could only cost the line
+        return error_row(f"JSON nested too deeply to read (more than {MAX_JSON_DEPTH} levels)")
     except ValueError as error:  # an integer of more than 4300 digits
         return error_row(f"malformed JSON ({cause(error)})")
     if not isinstance(entry, dict):
@@ -235,8 +255,32 @@ def _parse(line: str, uri: str, line_number: int, raw: bytes) -> dict[str, Any]:
         schema.SOURCE_ID: given_id, schema.AUDIO_FILEPATH: audio, **values})
 
 
+def _nesting_depth(line: str) -> int:
+    """How deeply the JSON of `line` nests (brackets inside strings do not count); a line with no more than
+    `MAX_JSON_DEPTH` brackets in all is not measured."""
+    if line.count("[") + line.count("{") <= MAX_JSON_DEPTH:
+        return 0
+    steps = (1 if token in "[{" else -1 for token in _JSON_STRING_OR_BRACKET.findall(line) if token[0] != '"')
+    return max(itertools.accumulate(steps), default=0)
+
+
+def _finite(value: Any) -> Any:
+    """`value` (parsed JSON) with every NaN or infinite number replaced by its name as a string."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return _NON_FINITE_TEXT.get(value, "NaN")
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
+
+
 def _extra_json(extra: dict[str, Any]) -> str:
-    text = json.dumps(extra, ensure_ascii=False, sort_keys=True)
+    try:
+        text = json.dumps(extra, ensure_ascii=False, sort_keys=True, allow_nan=False)
+    except ValueError:  # NaN or Infinity: as strings (the module docstring)
+        extra = _finite(extra)
+        text = json.dumps(extra, ensure_ascii=False, sort_keys=True)
     # unpaired surrogates (from JSON escapes) cannot be stored as UTF-8: escaped, nothing is lost
     return text if SURROGATE.search(text) is None else json.dumps(extra, ensure_ascii=True, sort_keys=True)
 
@@ -262,13 +306,14 @@ def _seconds(entry: dict[str, Any], key: str, required: bool) -> float:
     return seconds + 0.0
 
 
-def _text(entry: dict[str, Any], key: str, where: str = "") -> str:
-    value = entry.get(key)
-    if value is None or value == "":
+def _reference_text(value: Any) -> str:
+    """A reference `text` as text: a string as written (unpaired surrogates as their escapes), another JSON value
+    as its JSON text, null as "" (the module docstring)."""
+    if value is None:
         return ""
-    if not _is_text(value):
-        raise _Unusable(f"{where}{key!r} must be a string of Unicode text, got {_shown(value)}")
-    return value
+    if not isinstance(value, str):
+        value = json.dumps(_finite(value), ensure_ascii=False)
+    return SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", value)
 
 
 def _audio(value: Any, key: str, where: str = "") -> str:
@@ -299,7 +344,7 @@ def _nemo_values(entry: dict[str, Any], id_key: str | None) -> dict[str, Any]:
         "audio": audio,
         schema.OFFSET: _seconds(entry, "offset", required=False),
         schema.DURATION: _seconds(entry, "duration", required=True),
-        schema.REFERENCE_TEXT: _text(entry, "text"),
+        schema.REFERENCE_TEXT: _reference_text(entry.get("text")),
         schema.EXTRA: _extra_json(extra),
         schema.PHRASES: _phrases(entry.get("phrases")),
     }
@@ -351,7 +396,7 @@ def _cut_values(cut: dict[str, Any], cut_id: str | None) -> dict[str, Any]:
     source, channel = _pick_source(name, cut.get("channel"), files)
     audio = _audio(source.get("source"), "source", f"{name}: the audio source's ")
     supervisions = cut.get("supervisions") if isinstance(cut.get("supervisions"), list) else []
-    texts = [_text(s, "text", f"{name}: a supervision's ") for s in supervisions if isinstance(s, dict)]
+    texts = [_reference_text(s.get("text")) for s in supervisions if isinstance(s, dict)]
     extra = {k: v for k, v in cut.items() if k not in LHOTSE_KEYS}
     custom = cut.get("custom")
     phrases = _phrases(custom.get("phrases"), f"{name}: 'custom.phrases'") if isinstance(custom, dict) else None

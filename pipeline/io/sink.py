@@ -1,32 +1,47 @@
 """Parquet output, exactly once, by loopscribe's own commit protocol.
 
 The output is a folder (local or any fsspec URI) of Parquet parts with `schema.OUTPUT_SCHEMA`, plus
-`_config.json` (how the results were made), `_summary.json` and `_SUCCESS` when the job ends. The metadata
-files start with "_" so Parquet readers (pyarrow, pandas, Spark, DuckDB) skip them: `pd.read_parquet(output)`
-reads the transcripts.
+`_identity.json` (the claim: what kind of results the output holds), `_config.json` (how the last run was made),
+`_summary.json` and `_SUCCESS` when the job ends. The metadata files start with "_" so Parquet readers (pyarrow,
+pandas, Spark, DuckDB) skip them: `pd.read_parquet(output)` reads the transcripts once `_SUCCESS` is there.
 
 Why not Ray Data's checkpointing: it needs a plan that starts with a Ray read and ids that survive every
 stage, and keeps its own state beside the data; this protocol needs only the output folder, works the same
 with or without Ray, and a user can see what is committed by listing files.
 
 The protocol:
-1. A part is named by its content, `part-<sha1 of its sorted utterance ids>.parquet`, and appears whole or
-   not at all: written to a hidden temporary name and renamed on a local disk; a single PUT on object stores
-   (an object is visible only once complete). A retried task rewrites the same name with the same rows.
+0. Before any work, a job claims the output for its results identity (the model's content, the decoding, every
+   setting that changes results): `claim_output` creates `_identity.json` if it is absent, in one atomic step
+   (`create_exclusively`: link(2) on a local disk, a conditional PUT, `If-None-Match: *`, on S3), so of two jobs
+   started together into a new output exactly one makes the claim; a job whose identity differs from the claim
+   is refused with the setting that differs, before it writes anything. Jobs of the same identity share the
+   output. Then the job removes `_SUCCESS` (`mark_incomplete`): from here on parts come and go.
+1. A part is named by its content, `part-<sha1 of its sorted rows>.parquet` (a row: its utterance id, manifest and
+   line, `part_name`), and appears whole or not at all: written to a hidden temporary name and renamed on a local
+   disk; a single PUT on object stores (an object is visible only once complete). A retried task rewrites the
+   same name with the same rows.
 2. A rerun first reads the `utterance_id` column of every committed part and skips those rows, so a job
    killed at any point and run again processes only the unfinished rows.
 3. At the end, `deduplicate` removes any second row of an utterance id (two parts hold it if Ray re-ran an
    upstream task that batched rows differently; a part or two parts hold it if manifests list the same
    utterance twice: ids are made from content, `pipeline/io/manifest.py`; or a rerun with `--retry-errors`
-   transcribed an error row again, and its ok row is the one kept), then `_SUCCESS` is written. Every
-   utterance is then in exactly one row.
+   transcribed an error row again, and its ok row is the one kept), then `_SUCCESS` is written, listing the
+   parts the output is made of. Every utterance is then in exactly one row.
+
+Readers wait for `_SUCCESS`: before it, a reader can see a row twice (a retry's part beside the first one) and a
+listed part vanish (the dedupe removes it). After it, no part is removed until another job starts on the output,
+and `read_output` reads exactly the parts `_SUCCESS` lists (a part gone from that list is an error naming it);
+reading an unfinished output, it reads the parts a fresh listing shows in place of any that vanished.
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import os
+import socket
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -43,9 +58,14 @@ from pipeline import schema
 
 PART_PREFIX = "part-"
 CONFIG_FILE = "_config.json"
+CLAIM_FILE = "_identity.json"
 SUMMARY_FILE = "_summary.json"
 SUCCESS_FILE = "_SUCCESS"
 READ_THREADS = 16  # parts read at once (object stores: one request each)
+RELIST_ROUNDS = 3  # fresh listings read for the parts that replaced vanished ones (an unfinished output)
+SHOWN_DIFFERENCES = 2  # settings a refusal names (the first of them, `FIRST_NAMED`, where they differ)
+FIRST_NAMED = ("model.content_sha256", "model.uri", "decoding.strategy")
+CREATE_TRIES = 3  # a conditional PUT racing another is answered 409 (S3): the next try is answered "exists"
 
 
 def _filesystem(output_uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -74,9 +94,24 @@ def to_output_table(rows: dict[str, Any] | pa.Table) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema.OUTPUT_SCHEMA)
 
 
-def part_name(utterance_ids: Iterable[str]) -> str:
-    digest = hashlib.sha1("\n".join(sorted(utterance_ids)).encode()).hexdigest()
+def part_name(utterance_ids: Iterable[str], sources: Iterable[str | None] | None = None) -> str:
+    """`part-<sha1>.parquet`, the hash of the part's sorted rows: a row is its utterance id, and where `sources`
+    gives one, where a manifest lists it (`part_sources`). A retried task rewrites the same name with the same
+    rows; the same utterances listed by two manifests (a copy caught by a glob) make two parts, whose repeats the
+    dedupe counts, not one part written over the other."""
+    keys = list(utterance_ids) if sources is None else [
+        utterance_id if source is None else f"{utterance_id}\t{source}"
+        for utterance_id, source in zip(utterance_ids, sources, strict=True)]
+    digest = hashlib.sha1("\n".join(sorted(keys)).encode()).hexdigest()
     return f"{PART_PREFIX}{digest[:24]}.parquet"
+
+
+def part_sources(table: pa.Table) -> list[str | None]:
+    """Where each row of a part comes from, `<manifest>:<line>`, for `part_name`; None where it has no manifest."""
+    if schema.MANIFEST not in table.column_names or schema.LINE not in table.column_names:
+        return [None] * table.num_rows
+    return [None if manifest is None else f"{manifest}:{line}" for manifest, line in zip(
+        table.column(schema.MANIFEST).to_pylist(), table.column(schema.LINE).to_pylist())]
 
 
 class PartWriteError(OSError):
@@ -87,7 +122,7 @@ def write_part(output_uri: str, table: pa.Table) -> str:
     """Commit one part atomically (see the module docstring) and return its name; `PartWriteError` naming the
     output and the cause if it cannot be (nothing half-written is left under a part's name)."""
     filesystem, root = _filesystem(output_uri)
-    name = part_name(table.column(schema.UTTERANCE_ID).to_pylist())
+    name = part_name(table.column(schema.UTTERANCE_ID).to_pylist(), part_sources(table))
     final = f"{root.rstrip('/')}/{name}"
     temporary = f"{root.rstrip('/')}/.tmp-{uuid.uuid4().hex}.parquet"
     try:
@@ -124,13 +159,52 @@ def read_parts(output_uri: str, columns: list[str] | None = None) -> Iterator[tu
 
     Parts are read by up to `READ_THREADS` threads at once: resuming, deduplicating and summing up a job of
     thousands of parts on an object store is one request per part, and one at a time that is minutes.
+
+    A part that vanishes between the listing and its reading was removed by the dedupe of a job finishing on
+    this output, after it wrote the part that replaces it: the parts of a fresh listing not yet read are read
+    after the others (up to `RELIST_ROUNDS` listings), so a resume scan misses no committed row.
     """
     filesystem, _ = _filesystem(output_uri)
     paths = list_parts(output_uri)  # listed once: parts this process adds meanwhile (the dedupe's) are not read
+    seen = set(paths)
+    for _ in range(RELIST_ROUNDS + 1):
+        vanished = False
+        for path, table in _read_paths(filesystem, paths, columns):
+            if table is None:
+                vanished = True
+            else:
+                yield path, table
+        if not vanished:
+            return
+        paths = [path for path in list_parts(output_uri) if path not in seen]
+        seen.update(paths)
+    raise FileNotFoundError(f"parts of {output_uri} keep vanishing while they are read: a job is finishing on it; "
+                            f"read it once it has written {SUCCESS_FILE}")
 
-    def read(path: str) -> pa.Table:
-        with filesystem.open(path, "rb") as handle:
-            return pq.read_table(handle, columns=columns)
+
+def read_columns(handle: Any, columns: list[str] | None) -> pa.Table:
+    """One part's `columns` (all where None); a column of `OUTPUT_SCHEMA` that a part written before it was added
+    lacks comes back null (pyarrow would refuse to read the part)."""
+    if columns is None:
+        return pq.read_table(handle)
+    parquet = pq.ParquetFile(handle)
+    present = set(parquet.schema_arrow.names)
+    table = parquet.read(columns=[name for name in columns if name in present])
+    for name in columns:
+        if name not in present and name in schema.OUTPUT_SCHEMA.names:
+            table = table.append_column(name, pa.nulls(table.num_rows, schema.OUTPUT_SCHEMA.field(name).type))
+    return table.select([name for name in columns if name in table.column_names])
+
+
+def _read_paths(filesystem: fsspec.AbstractFileSystem, paths: list[str],
+                columns: list[str] | None) -> Iterator[tuple[str, pa.Table | None]]:
+    """(path, table) in the order of `paths`, read by up to `READ_THREADS` threads; None for a part gone."""
+    def read(path: str) -> pa.Table | None:
+        try:
+            with filesystem.open(path, "rb") as handle:
+                return read_columns(handle, columns)
+        except FileNotFoundError:
+            return None
 
     with ThreadPoolExecutor(max_workers=min(READ_THREADS, max(len(paths), 1))) as pool:
         yield from zip(paths, pool.map(read, paths))
@@ -203,13 +277,23 @@ def committed_ids(output_uri: str, ok_only: bool = False) -> IdSet:
 class Deduplicated:
     duplicates: int  # second rows of an utterance removed (a re-batched retry, an utterance listed twice)
     errors_replaced: int  # error rows removed because the utterance also has an ok row (`--retry-errors`)
+    # utterances listed more than once whose listings disagree on reference text or extra keys, and a few of them:
+    # "<manifest>, line <n> and <manifest>, line <m>: reference_text differs"
+    conflicting: int = 0
+    conflict_examples: tuple[str, ...] = ()
+
+
+SHOWN_CONFLICTS = 5  # examples of conflicting repeats `deduplicate` names
 
 
 def deduplicate(output_uri: str) -> Deduplicated:
     """Rewrite parts so that no utterance id appears twice: an ok row is kept over error rows (an error row a
-    rerun transcribed again, `--retry-errors`), and among rows of the same status the first in part-name order.
+    rerun transcribed again, `--retry-errors`), and among rows of the same status the first listing: the first
+    manifest in name order, then the first line (then the first in part-name order, for rows of no manifest).
 
-    Returns how many rows were removed, of each kind; none (the usual case) rewrites nothing. Parts made only of
+    Returns how many rows were removed, of each kind, and the utterances whose listings disagree on reference text
+    or extra keys (`Deduplicated.conflicting`: reported, as the kept row says only one of them); none (the usual
+    case) reads nothing more and rewrites nothing. Parts made only of
     duplicates go first, then the partly duplicated ones are rewritten (new part written, old one removed):
     a rewritten part can take the name of a later part holding exactly its remaining rows, which is all
     duplicates, and removing that one afterwards would remove the rewrite.
@@ -234,13 +318,17 @@ def deduplicate(output_uri: str) -> Deduplicated:
         return Deduplicated(duplicates=0, errors_replaced=0)
 
     # the rule, on the rows of the duplicated ids only (a manifest listing an utterance twice puts both in one
-    # part: rows, not parts, are compared): ok rows first, then by position, and each id keeps its first row
+    # part: rows, not parts, are compared): ok rows first, then the first listing, and each id keeps its first row
     of_duplicated_id = pc.is_in(ids, value_set=duplicated_ids)
+    part_starts = np.cumsum([0, *part_lengths])
     rows = pa.table({  # filter, not take: a take joins the chunks of all the ids into one array first (a copy)
         "id": ids.filter(of_duplicated_id),
         "ok": pa.chunked_array(ok_chunks, pa.bool_()).filter(of_duplicated_id),
         "position": pc.indices_nonzero(of_duplicated_id),
-    }).sort_by([("ok", "descending"), ("position", "ascending")])
+    })
+    rows = _with_listings(filesystem, rows, paths, part_starts, of_duplicated_id).sort_by(
+        [("ok", "descending"), ("manifest", "ascending"), ("line", "ascending"), ("position", "ascending")])
+    conflicting, conflict_examples = _conflicts(rows)
     # without threads, "first" is the first in the table's order
     kept = rows.group_by("id", use_threads=False).aggregate([("position", "first"), ("ok", "first")])
     dropped = rows.filter(pc.invert(pc.is_in(rows.column("position"), value_set=kept.column("position_first"))))
@@ -250,7 +338,6 @@ def deduplicate(output_uri: str) -> Deduplicated:
     dropped_positions = dropped.column("position").to_numpy()
     keep_row = np.ones(len(ids), dtype=bool)
     keep_row[dropped_positions] = False
-    part_starts = np.cumsum([0, *part_lengths])
     removed = 0
     all_duplicates: list[str] = []
     partly: list[tuple[str, np.ndarray]] = []
@@ -270,7 +357,58 @@ def deduplicate(output_uri: str) -> Deduplicated:
         removed += table.num_rows - left.num_rows
         write_part(output_uri, left)
         filesystem.rm(path)
-    return Deduplicated(duplicates=removed - replaced, errors_replaced=replaced)
+    return Deduplicated(duplicates=removed - replaced, errors_replaced=replaced, conflicting=conflicting,
+                        conflict_examples=conflict_examples)
+
+
+def _with_listings(filesystem: fsspec.AbstractFileSystem, rows: pa.Table, paths: list[str], part_starts: np.ndarray,
+                   of_duplicated_id: pa.ChunkedArray) -> pa.Table:
+    """`rows` (the rows of duplicated ids, in position order) with where each is listed (`manifest`, `line`) and
+    what it says (`values`: its reference text and extra keys), read from the parts that hold them."""
+    columns = [schema.MANIFEST, schema.LINE, schema.REFERENCE_TEXT, schema.EXTRA]
+    holding = np.unique(np.searchsorted(part_starts, rows.column("position").to_numpy(), side="right") - 1)
+    pieces: dict[str, list[pa.ChunkedArray]] = {"manifest": [], "line": [], "values": []}
+    for part_index, (path, table) in zip(holding, _read_paths(filesystem, [paths[i] for i in holding], columns)):
+        if table is None:
+            raise FileNotFoundError(f"{path} vanished while the output was deduplicated: another job is finishing "
+                                    "on this output")
+        mask = of_duplicated_id.slice(part_starts[part_index], part_starts[part_index + 1] - part_starts[part_index])
+        table = table.filter(mask)
+        pieces["manifest"].append(table.column(schema.MANIFEST).cast(pa.large_string()))
+        pieces["line"].append(table.column(schema.LINE).cast(pa.int64()))
+        pieces["values"].append(pc.binary_join_element_wise(  # text and extra, told apart by a NUL neither holds
+            pc.fill_null(table.column(schema.REFERENCE_TEXT), ""), pc.fill_null(table.column(schema.EXTRA), ""),
+            "\x00").cast(pa.large_string()))
+    for name, chunks in pieces.items():
+        rows = rows.append_column(name, pa.chunked_array([c for chunk in chunks for c in chunk.chunks],
+                                                         chunks[0].type if chunks else pa.large_string()))
+    return rows
+
+
+def _conflicts(rows: pa.Table) -> tuple[int, tuple[str, ...]]:
+    """How many ids of `rows` (sorted as the dedupe keeps them: each id's first row is kept) have rows that differ
+    in reference text or extra keys, and up to `SHOWN_CONFLICTS` examples naming the kept row and one that
+    differs from it."""
+    distinct = rows.group_by("id").aggregate([("values", "count_distinct")])
+    conflicting_ids = distinct.column("id").filter(pc.greater(distinct.column("values_count_distinct"), 1))
+    if len(conflicting_ids) == 0:
+        return 0, ()
+    shown_ids = set(pc.sort_indices(conflicting_ids).to_pylist()[:SHOWN_CONFLICTS])  # a stable choice
+    shown_ids = {conflicting_ids[i].as_py() for i in shown_ids}
+    listed: dict[str, list[dict[str, Any]]] = {}
+    for row in rows.filter(pc.is_in(rows.column("id"), value_set=pa.array(sorted(shown_ids), pa.large_string()))
+                           ).select(["id", "manifest", "line", "values"]).to_pylist():
+        listed.setdefault(row["id"], []).append(row)
+    examples = []
+    for utterance_id in sorted(listed):
+        first, *others = listed[utterance_id]
+        other = next(row for row in others if row["values"] != first["values"])
+        (text, extra), (other_text, other_extra) = (row["values"].split("\x00", 1) for row in (first, other))
+        what = " and ".join(name for name, differs in ((schema.REFERENCE_TEXT, text != other_text),
+                                                         (schema.EXTRA, extra != other_extra)) if differs)
+        examples.append(f"{first['manifest']}, line {first['line']} and {other['manifest']}, line {other['line']}: "
+                        f"{what} {'differ' if ' and ' in what else 'differs'} (the first is kept)")
+    return len(conflicting_ids), tuple(examples)
 
 
 def write_json(output_uri: str, name: str, payload: dict[str, Any]) -> None:
@@ -285,40 +423,162 @@ class IdentityMismatch(ValueError):
     """The output holds results made another way (another model or decoding)."""
 
 
-def check_identity(output_uri: str, identity: dict[str, Any]) -> None:
-    """Refuse (`IdentityMismatch`) to add rows to an output whose `_config.json` records another results
-    identity, or whose rows were identified another way (`schema.ROW_IDENTITY`: an output of a loopscribe that
-    identified rows by manifest line cannot be resumed by content). A setting that only one of the two knows
-    (added by a later version) does not make them differ."""
+def create_exclusively(output_uri: str, name: str, data: bytes) -> None:
+    """Create the file `name` in the output holding `data`, whole, only if no file of that name exists there;
+    `FileExistsError` if one does. Of several callers at once, exactly one creates it:
+
+    - a local disk: the bytes go to a temporary file, hard-linked to `name` (link(2) fails if `name` exists, as
+      `O_EXCL` does, and `name` never holds less than all the bytes); `O_EXCL` where hard links are not supported.
+    - S3: one PUT with `If-None-Match: *` (s3fs's `pipe_file(mode="create")`), which S3 refuses if the object
+      exists (AWS since 2024, MinIO, and moto in the tests); a PUT racing another is answered 409 and tried again.
+    - other fsspec backends: their `pipe_file(mode="create")`; fsspec's own (used by a backend that does not
+      implement it) checks and then writes, which is not atomic.
+    """
     filesystem, root = _filesystem(output_uri)
-    path = f"{root.rstrip('/')}/{CONFIG_FILE}"
-    if not filesystem.exists(path):
+    root = root.rstrip("/")
+    final = f"{root}/{name}"
+    if _is_local(filesystem):
+        os.makedirs(root, exist_ok=True)
+        temporary = f"{root}/.tmp-{uuid.uuid4().hex}"
+        try:
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            try:
+                os.link(temporary, final)
+            except FileExistsError:
+                raise
+            except OSError:  # a filesystem without hard links (some FUSE mounts)
+                descriptor = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                with os.fdopen(descriptor, "wb") as handle:
+                    handle.write(data)
+        finally:
+            os.remove(temporary)
         return
-    with filesystem.open(path, "r") as handle:
-        written = json.load(handle)
+    filesystem.makedirs(root, exist_ok=True)
+    for attempt in range(CREATE_TRIES):
+        try:
+            filesystem.pipe_file(final, data, mode="create")
+            return
+        except FileExistsError:
+            raise
+        except OSError:
+            if attempt == CREATE_TRIES - 1:
+                raise
+            time.sleep(0.25 * 2**attempt)
+
+
+def read_identity(output_uri: str) -> dict[str, Any] | None:
+    """What the output's claim records (`CLAIM_FILE`: "identity", "row_identity", "claimed"), or, in an output an
+    earlier loopscribe made (no claim), its `_config.json`; None where neither exists."""
+    filesystem, root = _filesystem(output_uri)
+    for name in (CLAIM_FILE, CONFIG_FILE):
+        path = f"{root.rstrip('/')}/{name}"
+        filesystem.invalidate_cache(path)
+        try:
+            with filesystem.open(path, "r") as handle:
+                return json.load(handle)
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def identity_differences(earlier: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(setting, its value in `earlier`, its value `now`) for each setting that differs, as `section.key` in name
+    order. A setting that only one of the two knows (added by a later version) does not make them differ."""
+    now = json.loads(json.dumps(now))  # as it will be stored: tuples become lists
+    found = []
+    for section in sorted(set(earlier) & set(now)):
+        before, after = earlier[section] or {}, now[section] or {}
+        found += [(f"{section}.{key}", before[key], after[key])
+                  for key in sorted(set(before) & set(after)) if before[key] != after[key]]
+    return found
+
+
+def _shown(value: Any, width: int = 60) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= width else f"{text[:width - 3]}..."
+
+
+def check_identity(output_uri: str, identity: dict[str, Any]) -> None:
+    """Refuse (`IdentityMismatch`, one line naming the first setting that differs and both values) to add rows to
+    an output whose claim (or `_config.json`, in an output of an earlier loopscribe) records another results
+    identity, or whose rows were identified another way (`schema.ROW_IDENTITY`: an output of a loopscribe that
+    identified rows by manifest line cannot be resumed by content). Reads only: `claim_output` claims."""
+    written = read_identity(output_uri)
+    if written is None:
+        return
     if written.get("row_identity") != schema.ROW_IDENTITY and list_parts(output_uri):
         raise IdentityMismatch(
             f"{output_uri} was written by an older loopscribe, which identified rows by manifest line: its rows "
             f"cannot be matched to utterances by content ({schema.ROW_IDENTITY}), so resuming it could transcribe "
             "rows twice or skip them; write to a new output, or delete this one to start over")
     earlier = written.get("identity")
-    now = json.loads(json.dumps(identity))  # as it will be stored: tuples become lists
-    if earlier is None:
+    differences = identity_differences(earlier, identity) if earlier is not None else []
+    if not differences:
         return
-    for section in set(earlier) & set(now):
-        before, after = earlier[section] or {}, now[section] or {}
-        if any(before[key] != after[key] for key in set(before) & set(after)):
-            raise IdentityMismatch(
-                f"{output_uri} holds results of another model or decoding ({CONFIG_FILE}: {earlier}); "
-                "write to a new output, or delete this one to start over")
+    differences.sort(key=lambda difference: FIRST_NAMED.index(difference[0]) if difference[0] in FIRST_NAMED
+                     else len(FIRST_NAMED))
+    changes = []
+    for setting, before, after in differences[:SHOWN_DIFFERENCES]:
+        if setting == "model.content_sha256":
+            changes.append(f"its model's content is sha256:{before[:16]} there, sha256:{after[:16]} here (a model "
+                           "file replaced at the same path is another model)")
+        else:
+            changes.append(f"{setting} is {_shown(before)} there, {_shown(after)} here")
+    change = ", ".join(changes)
+    hidden = len(differences) - SHOWN_DIFFERENCES
+    more = f" (and {hidden} more settings)" if hidden > 0 else ""
+    claimed = written.get("claimed") or {}
+    by = f", claimed by {claimed.get('host')} pid {claimed.get('pid')} at {claimed.get('at')}" if claimed else ""
+    raise IdentityMismatch(f"{output_uri} holds results of another model or decoding: {change}{more} "
+                           f"({CLAIM_FILE if claimed else CONFIG_FILE}{by}); write to a new output, or delete this "
+                           "one to start over")
+
+
+def claim_output(output_uri: str, identity: dict[str, Any]) -> bool:
+    """Claim the output for results of `identity` before any work (the protocol's step 0): True if this call
+    made the claim, False if the output was claimed for the same identity already (jobs of one identity share an
+    output); `IdentityMismatch` if it holds, or another job claimed it just now for, another identity."""
+    check_identity(output_uri, identity)  # refused at once where the claim (or an earlier version's config) differs
+    claimed = {"host": socket.gethostname(), "pid": os.getpid(),
+               "at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+               "nonce": uuid.uuid4().hex}
+    payload = {"identity": identity, "row_identity": schema.ROW_IDENTITY, "claimed": claimed}
+    try:
+        create_exclusively(output_uri, CLAIM_FILE, (json.dumps(payload, indent=2, sort_keys=True) + "\n").encode())
+    except FileExistsError:  # claimed meanwhile (a job started at the same time) or before: that claim decides
+        check_identity(output_uri, identity)
+        return False
+    written = read_identity(output_uri) or {}
+    if (written.get("claimed") or {}).get("nonce") != claimed["nonce"]:
+        # a store that ignored the condition and let a later PUT replace this one: that claim decides
+        check_identity(output_uri, identity)
+        return False
+    return True
+
+
+def mark_incomplete(output_uri: str) -> None:
+    """Remove `_SUCCESS` (if there) before a run changes the output: a reader waiting for it waits for this run."""
+    filesystem, root = _filesystem(output_uri)
+    path = f"{root.rstrip('/')}/{SUCCESS_FILE}"
+    filesystem.invalidate_cache(path)
+    try:
+        filesystem.rm(path)
+    except FileNotFoundError:
+        pass
 
 
 def mark_success(output_uri: str, summary: dict[str, Any]) -> None:
-    """Write the summary, then the `_SUCCESS` marker (last, so its presence means the output is complete)."""
+    """Write the summary, then the `_SUCCESS` marker (last, so its presence means the output is complete), which
+    lists the parts the complete output is made of: `{"parts": [names]}`."""
     write_json(output_uri, SUMMARY_FILE, summary)
     filesystem, root = _filesystem(output_uri)
+    names = [path.rsplit("/", 1)[-1] for path in list_parts(output_uri)]
     with filesystem.open(f"{root.rstrip('/')}/{SUCCESS_FILE}", "w") as handle:
-        handle.write("")
+        json.dump({"parts": names}, handle, indent=0)
+        handle.write("\n")
 
 
 def is_complete(output_uri: str) -> bool:
@@ -327,9 +587,37 @@ def is_complete(output_uri: str) -> bool:
     return filesystem.exists(f"{root.rstrip('/')}/{SUCCESS_FILE}")
 
 
-def read_output(output_uri: str, columns: list[str] | None = None) -> pa.Table:
-    """Every committed row, `columns` only if given (all columns: for tests and small outputs)."""
-    tables = [table for _, table in read_parts(output_uri, columns)]
+def success_parts(output_uri: str) -> list[str] | None:
+    """The paths of the parts `_SUCCESS` lists, in name order; None where there is no `_SUCCESS` or it lists none
+    (an earlier loopscribe wrote it empty)."""
+    filesystem, root = _filesystem(output_uri)
+    path = f"{root.rstrip('/')}/{SUCCESS_FILE}"
+    filesystem.invalidate_cache(path)
+    try:
+        with filesystem.open(path, "r") as handle:
+            names = json.loads(handle.read() or "null")
+    except (FileNotFoundError, ValueError):
+        return None
+    if not isinstance(names, dict) or not isinstance(names.get("parts"), list):
+        return None
+    return sorted(f"{root.rstrip('/')}/{name}" for name in names["parts"])
+
+
+def read_output(output_uri: str, columns: list[str] | None = None, every_part: bool = False) -> pa.Table:
+    """Every committed row, `columns` only if given (all columns: for tests and small outputs): the parts
+    `_SUCCESS` lists where it lists them (a listed part that is gone is a `FileNotFoundError` naming it: a job
+    started on the output since), else, or with `every_part`, every part in the folder now."""
+    listed = None if every_part else success_parts(output_uri)
+    if listed is None:
+        tables = [table for _, table in read_parts(output_uri, columns)]
+    else:
+        tables = []
+        for path, table in _read_paths(_filesystem(output_uri)[0], listed, columns):
+            if table is None:
+                raise FileNotFoundError(f"{path} is listed in {output_uri.rstrip('/')}/{SUCCESS_FILE} but is gone: "
+                                        f"a job has started on this output since; read it once that job has written "
+                                        f"{SUCCESS_FILE}")
+            tables.append(table)
     if tables:  # parts written before a column was added lack it: null there
         return pa.concat_tables(tables, promote_options="default")
     empty = schema.OUTPUT_SCHEMA.empty_table()

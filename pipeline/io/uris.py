@@ -6,6 +6,9 @@
   every backend, never above an object store's bucket (`resolve_audio_path`): object stores do not resolve
   `..` themselves.
 - Manifest names: a name is a glob only where no file has that name, unless told (`expand_manifest_uris`).
+- Where audio may come from (`--allowed-roots`, for manifests written by others): `AudioRoots` says whether an
+  audio path lies under one of a job's roots, local paths after resolving ".." and links, URIs after resolving ".."
+  (and, for http(s), percent-escapes, which a server would decode).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import posixpath
 import re
 from collections.abc import Iterable
+from urllib.parse import unquote
 
 import fsspec
 
@@ -114,3 +118,59 @@ def _expand_remote(pattern: str, glob: bool | None) -> list[str]:
         return [pattern]
     found = filesystem.glob(path, detail=True)
     return [filesystem.unstrip_protocol(match) for match in sorted(found) if found[match].get("type") == "file"]
+
+
+class AudioRoots:
+    """Where a job's audio may come from: local folders and URI prefixes (`input.allowed_roots`); none: anywhere.
+
+    A local root holds what lies below it once links and ".." are resolved (`os.path.realpath`, on the machine that
+    checks: a link inside a root that points out of it is outside). A URI root holds the URIs below it, compared
+    after resolving "." and ".." (`resolve_audio_path` resolved them already), with the scheme and host in lower
+    case and, for http(s), percent-escapes decoded and the query left out. A root is a folder, never a prefix of a
+    name: `s3://b/audio` holds `s3://b/audio/x.flac`, not `s3://b/audio-private/x.flac`. An fsspec chain
+    (`simplecache::s3://...`) is outside every root: what it reads is the chain's to decide.
+    """
+
+    def __init__(self, roots: Iterable[str] = ()) -> None:
+        self.roots = tuple(roots)
+        self._local = [_folder(os.path.realpath(os.path.expanduser(path))) for path in
+                       (local_path(root) for root in self.roots) if path is not None]
+        self._remote = [_folder(_comparable_uri(root)) for root in self.roots if local_path(root) is None]
+
+    def __bool__(self) -> bool:
+        return bool(self.roots)
+
+    def __reduce__(self) -> tuple[type, tuple[tuple[str, ...]]]:  # to a Ray task: resolved again where it runs
+        return AudioRoots, (self.roots,)
+
+    def problem(self, audio_uri: str) -> str | None:
+        """None where `audio_uri` (as `resolve_audio_path` gives it) lies under a root, or there are none; else why
+        not, naming the rule."""
+        if not self.roots:
+            return None
+        local = local_path(audio_uri)
+        if local is not None:
+            real = os.path.realpath(os.path.expanduser(local))
+            if any(_folder(real).startswith(root) for root in self._local):
+                return None
+            seen = f" (a link to {real})" if real != os.path.abspath(os.path.expanduser(local)) else ""
+        elif _SCHEME.match(audio_uri):
+            if any(_folder(_comparable_uri(audio_uri)).startswith(root) for root in self._remote):
+                return None
+            seen = ""
+        else:
+            seen = " (an fsspec chain: never inside a root)"
+        return f"{audio_uri}{seen} lies outside --allowed-roots ({', '.join(self.roots)})"
+
+
+def _folder(path: str) -> str:
+    """A path or URI as the folder prefix that holds it and what lies below it: one "/" at its end."""
+    return path.rstrip("/") + "/"
+
+
+def _comparable_uri(uri: str) -> str:
+    root, path, _, slash = _split_uri(uri)
+    scheme, netloc = root.split("://", 1)
+    if scheme.lower() in ("http", "https"):
+        path = unquote(path)
+    return f"{scheme.lower()}://{netloc.lower()}" + (_resolve_dots(path) if slash else "")

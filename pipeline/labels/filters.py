@@ -5,7 +5,13 @@ and `LabelFilters`, checked in this order: an error row; an empty transcript; du
 utterance confidence below `min_confidence`; a hybrid model's two heads agreeing on fewer than `min_head_agreement`
 of the words (where the transcripts hold `head_agreement`); characters per second out of range (too many: the model
 wrote text the audio cannot hold; too few: it dropped speech); a word n-gram repeated back to back more than
-`max_repeats` times (a decoding loop, the usual hallucination).
+`max_repeats` times (a decoding loop, the usual hallucination; words compared in their plain form, so "Go, go, go."
+repeats "go").
+
+Characters per second count the letters of what was said (`spoken_letters`): the transcript's plain form
+(`pipeline/lm/text.py::plain_text`: numbers spelled out, punctuation, symbols, apostrophes and spaces left out),
+so that a cased, punctuated model's "Yes. No! 42, please?" counts as "yes no forty two please", as a lower-case
+model's transcript of the same speech does; the limits stay those measured on lower-case text.
 
 Manifests: `nemo_line` (NeMo JSON-lines: `audio_filepath`, `duration`, `offset` where not 0, `text` = the
 pseudo-label, `confidence`, and the input's own `text` as `orig_text`) and `lhotse_cut` (a Lhotse `MonoCut`
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline import schema
+from pipeline.lm.text import plain_text
 from pipeline.settings import check_settings, setting
 
 _WORD = re.compile(r"\S+")
@@ -37,9 +44,12 @@ class LabelFilters:
     min_confidence: float = setting(0.3, "utterance confidence a kept utterance needs", minimum=0, maximum=1)
     min_duration_s: float = setting(0.3, "shortest utterance kept, seconds", minimum=0, finite=True)
     max_duration_s: float = setting(40.0, "longest utterance kept, seconds", minimum=0, finite=True)
-    min_chars_per_s: float = setting(2.0, "fewest characters per second of a kept utterance", minimum=0,
-                                     finite=True)
-    max_chars_per_s: float = setting(30.0, "most characters per second of a kept utterance", minimum=0, finite=True)
+    min_chars_per_s: float = setting(
+        2.0, "fewest characters per second of a kept utterance (letters of the words said: punctuation and spaces "
+             "not counted, numbers as words)", minimum=0, finite=True)
+    max_chars_per_s: float = setting(
+        30.0, "most characters per second of a kept utterance (counted as for --min-chars-per-s)", minimum=0,
+        finite=True)
     max_repeats: int = setting(3, "a word n-gram (n <= 4) repeated back to back more than this is rejected",
                                minimum=1)
     min_head_agreement: float = setting(
@@ -58,6 +68,11 @@ class LabelFilters:
 def duration_of(row: dict[str, Any]) -> float:
     """Seconds of audio the utterance is: measured where known, else the manifest's."""
     return row.get(schema.AUDIO_DURATION) or row.get(schema.DURATION) or 0.0
+
+
+def spoken_letters(text: str) -> int:
+    """The letters of the words `text` says: its plain form without spaces (module docstring)."""
+    return sum(not char.isspace() for char in plain_text(text))
 
 
 def longest_repeat(words: list[str], max_n: int = 4) -> tuple[int, str]:
@@ -92,10 +107,10 @@ def judge(row: dict[str, Any], filters: LabelFilters) -> str | None:
     if agreement is not None and agreement < filters.min_head_agreement:
         return (f"heads disagree: agreement {agreement:.2f} < {filters.min_head_agreement:g} (the other head: "
                 f"{row.get(schema.SECOND_HEAD_TEXT)!r})")
-    rate = len(text.replace(" ", "")) / duration
+    rate = spoken_letters(text) / duration
     if not filters.min_chars_per_s <= rate <= filters.max_chars_per_s:
         return f"{rate:.1f} characters/s outside [{filters.min_chars_per_s:g}, {filters.max_chars_per_s:g}]"
-    repeats, ngram = longest_repeat(_WORD.findall(text))
+    repeats, ngram = longest_repeat(_WORD.findall(plain_text(text)))
     if repeats > filters.max_repeats:
         return f"repetition: {ngram!r} {repeats} times in a row"
     return None

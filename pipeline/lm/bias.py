@@ -25,7 +25,7 @@ from pipeline.decoding import STRATEGIES, DecodingConfig, DecodingError, plan_de
 from pipeline.io import Folder, local_path, read_manifest
 from pipeline.lm.text import NormalisedText, TextNormaliser, check
 from pipeline.preflight import fetched_model, phrase_list_problem
-from pipeline.reports.lm_bias import plot_dev_wer, plot_dev_wer_boost, report_markdown, setting_text
+from pipeline.reports.lm_bias import plot_dev_wer, plot_dev_wer_boost, rate_cell, report_markdown, setting_text
 from pipeline.settings import check_settings, setting, shared
 
 DEFAULT_STRATEGIES = ("greedy", "alsd", "ctc_greedy", "ctc_beam")  # each head's greedy, a beam, CTC beam
@@ -298,8 +298,8 @@ def tune_strategy(strategy: str, beam_size: int, model_uri: str, lm_uri: str | N
     name = candidate_name(strategy, beam_size if plan.strategy.beam else None)
 
     def progress(trial) -> None:  # printed by the task: Ray sends it to the driver's console
-        print(f"lm_bias: {name} {setting_text(_trial_dict(trial), bool(phrases_uri))}: dev WER {trial.wer:.1%} "
-              f"({trial.decode_s:.1f} s)", flush=True)
+        print(f"lm_bias: {name} {setting_text(_trial_dict(trial), bool(phrases_uri))}: dev WER "
+              f"{rate_cell(_trial_dict(trial))} ({trial.decode_s:.1f} s)", flush=True)
 
     steps = f"{name.replace(' ', '-')}.json"
     cache = TrialCache({**identity, "strategy": strategy, "beam_size": beam_size},
@@ -326,6 +326,8 @@ def tune_strategy(strategy: str, beam_size: int, model_uri: str, lm_uri: str | N
                 measured = score(test.references, transcribe_set(
                     model, with_setting(trial.lm_weight, trial.bonus, trial.boost_weight), lm, test, boosting))
                 measured_by_key[trial.key] = {"wer": measured.wer, "cer": measured.cer,
+                                              "written_wer": measured.written_wer,
+                                              "written_cer": measured.written_cer,
                                               "decode_s": round(time.perf_counter() - clock, 3)}
             report[key] = measured_by_key[trial.key]
     return report
@@ -367,7 +369,7 @@ def run_tuning(tasks: list[tuple[str, int]], say: Callable[[str], None] = print_
 
 
 def choose(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """The strategy with the lowest tuned dev WER (then CER); ties: the first listed."""
+    """The strategy with the lowest tuned dev WER (then CER), normalised; ties: the first listed."""
     return min(results, key=lambda r: (r["best"]["wer"], r["best"]["cer"]))
 
 
@@ -378,6 +380,7 @@ def run_bias(config: BiasConfig, inputs: BiasInputs, started: float, say: Callab
     report (also in report.json and report.md); `started` is when the job started (its times count from there)."""
     from pipeline.graph import connect_ray, run_transcription
     from pipeline.lm.tuning import BOOST_WEIGHTS
+    from pipeline.reports.scoring import NORMALISED, WRITTEN
 
     output, text, phrases, dev_rows, test_rows = (inputs.output, inputs.text, inputs.phrases, inputs.dev_rows,
                                                   inputs.test_rows)
@@ -410,6 +413,9 @@ def run_bias(config: BiasConfig, inputs: BiasInputs, started: float, say: Callab
     normaliser = inputs.normaliser
     report: dict[str, Any] = {
         "model": config.model, "text": list(config.text), "normalisation": normaliser and normaliser.describe(),
+        "normalisation_rules": normaliser and normaliser.rules(), "recased": text and text.recased,
+        "punctuated": text and text.punctuated, "tokenizer_punctuation": normaliser and normaliser.punctuation,
+        "scoring": {"wer": NORMALISED, "written_wer": WRITTEN},
         "unencodable_lines": text and text.unencodable, "lm": lm, "lm_uri": lm_uri,
         "phrases": phrases and {**phrases, "boost_weights": list(BOOST_WEIGHTS)}, "dev": config.dev,
         "dev_utterances": len(dev_rows), "test": config.test, "test_utterances": len(test_rows or []),

@@ -18,8 +18,11 @@ weight did better, the LM weight once more a step either side at that boost weig
 part of what the LM weight was doing). No boosting (weight 0: the LM setting itself) stays a candidate, and
 boosting is chosen over it only by the same rule: a lower WER, beyond chance.
 
-Used by `jobs/lm_bias.py` and `benchmarks/accuracy.py`. Scoring is jiwer's WER and CER on the texts as
-decoded.
+Used by `jobs/lm_bias.py` and `benchmarks/accuracy.py`. Scoring (`score`) is jiwer's WER and CER twice
+(`pipeline/reports/scoring.py`): normalised (`wer`, `cer`, and each utterance's word errors: case and punctuation
+removed, numbers as words), which every decision above reads, and as written (`written_wer`, `written_cer`), which
+the report shows beside it. A cased, punctuated model scored against lower-case references is so tuned on its
+words, not on the capitals and commas the references lack.
 """
 
 from __future__ import annotations
@@ -90,21 +93,20 @@ def transcribe_set(model, decoding: DecodingConfig, lm, encoded: EncodedSet, boo
 
 @dataclass(frozen=True)
 class Score:
-    wer: float
-    cer: float
-    errors: tuple[int, ...]  # word errors (substitutions + deletions + insertions) of each utterance
+    wer: float  # normalised (pipeline/reports/scoring.py): what the search decides on
+    cer: float  # normalised
+    errors: tuple[int, ...]  # normalised word errors (substitutions + deletions + insertions) of each utterance
+    written_wer: float | None = None  # the texts as written
+    written_cer: float | None = None
 
 
 def score(references: Sequence[str], hypotheses: Sequence[str]) -> Score:
-    """WER and CER of the hypotheses against the references over the whole set, and each utterance's word
-    errors (for the sign test of `beats_beyond_chance`)."""
-    import jiwer
+    """WER and CER of the hypotheses against the references over the whole set, normalised and as written, and
+    each utterance's normalised word errors (for the sign test of `beats_beyond_chance`)."""
+    from pipeline.reports.scoring import error_rates
 
-    words = jiwer.process_words(list(references), list(hypotheses))
-    errors = tuple(sum((c.ref_end_idx - c.ref_start_idx) if c.type in ("substitute", "delete")
-                       else (c.hyp_end_idx - c.hyp_start_idx) if c.type == "insert" else 0 for c in alignment)
-                   for alignment in words.alignments)
-    return Score(words.wer, jiwer.cer(list(references), list(hypotheses)), errors)
+    rates = error_rates(references, hypotheses)
+    return Score(rates.wer, rates.cer, rates.errors, rates.written_wer, rates.written_cer)
 
 
 def sign_test_p(better: int, worse: int) -> float:
@@ -124,11 +126,13 @@ def takes_bonus(decoding: DecodingConfig) -> bool:
 class Trial:
     lm_weight: float  # 0: no LM
     bonus: float | None  # CTC beam search's insertion bonus; None where the strategy has none
-    wer: float
+    wer: float  # normalised (`score`)
     cer: float
     decode_s: float
-    errors: tuple[int, ...] = ()  # word errors of each dev utterance
+    errors: tuple[int, ...] = ()  # normalised word errors of each dev utterance
     boost_weight: float = 0.0  # 0: no phrase boosting (trials stored before boosting was tuned hold none)
+    written_wer: float | None = None  # as written (None: a `Score` without it, as the tests' surfaces give)
+    written_cer: float | None = None
 
     @property
     def key(self) -> str:
@@ -145,7 +149,8 @@ def setting_key(lm_weight: float, bonus: float | None, boost_weight: float = 0.0
 class TrialCache:
     """Trials of one strategy on one dev set and LM, by setting; `save` hands them to `store` (a callable taking
     the JSON text), so a rerun reuses them. `identity` says what they were measured with: trials of another
-    identity are not reused."""
+    identity are not reused, nor trials stored before WER was scored both normalised and as written (their `wer`
+    is the written one: `score`)."""
 
     def __init__(self, identity: dict[str, Any], stored: str | None = None,
                  store: Callable[[str], None] | None = None) -> None:
@@ -156,7 +161,7 @@ class TrialCache:
             payload = json.loads(stored)
             if payload.get("identity") == json.loads(json.dumps(identity)):
                 self.trials = {t["key"]: Trial(**{k: tuple(v) if k == "errors" else v for k, v in t.items()
-                                                  if k != "key"}) for t in payload["trials"]}
+                                                  if k != "key"}) for t in payload["trials"] if "written_wer" in t}
 
     def get(self, key: str) -> Trial | None:
         trial = self.trials.get(key)
@@ -243,7 +248,7 @@ def tune(decoding: DecodingConfig, evaluate: Callable[..., Score], cache: TrialC
             started = time.perf_counter()
             measured = measure(weight, bonus, boost)
             found = Trial(weight, bonus, measured.wer, measured.cer, round(time.perf_counter() - started, 3),
-                          measured.errors, boost)
+                          measured.errors, boost, measured.written_wer, measured.written_cer)
             cache.add(found)
             decodes += 1
         if found not in tried:

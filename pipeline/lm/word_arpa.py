@@ -13,8 +13,14 @@ sha256 of the word ARPA's bytes, the tokenizer's identity (the sha256 of its Sen
 its version and the token order; a later load with the same reads the binary instead of converting again.
 Concurrent loads on a node convert once (a file lock) and never read a partial file (an atomic rename).
 
-A word is normalised as the tokenizer's training text was (`pipeline/lm/text.py`: a word-level ARPA in capitals
-serves a lowercase model); a sentence with a word the tokenizer can only spell with `<unk>` is left out.
+A drawn sentence is normalised as the tokenizer's training text was (`pipeline/lm/text.py`: a word-level ARPA in
+capitals serves a lowercase model); a sentence with a word the tokenizer can only spell with `<unk>` is left out.
+For a cased, punctuated tokenizer (parakeet's), the same rules keep the word LM's case and punctuation, and write
+its punctuation words as the model writes them ("Paris , France ." -> "Paris, France.": the tokenizer spells the
+two differently); a word LM written all in one case (a lower-case LM, or LibriSpeech's in capitals) has lost its
+case, so each drawn sentence is lowercased and starts with a capital, as the model writes sentences (the capitals of
+names are not known). A word LM without punctuation leaves the model's punctuation tokens unseen by the token LM:
+`convert_word_arpa`'s report says so (`punctuated`), and docs/lm_bias.md says what that costs.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ from decoders.ngram import NgramLm
 
 Conversion = Literal["sample", "spell"]
 CONVERSION: Conversion = "sample"  # the measured choice (module docstring)
-CONVERSION_VERSION = 1  # bump when a conversion's output changes: cached conversions are then made again
+CONVERSION_VERSION = 2  # bump when a conversion's output changes: cached conversions are then made again
+# 2: cased tokenizers: one-case word LMs recased, punctuation written without the space before it
 TOKEN_ORDER = 6  # order of the converted token LM (jobs/build_lm.py's default for token LMs)
 # sentences drawn: ten per word n-gram, within these bounds (108,000 for the domain LM of the benchmark, whose
 # 12,620 n-grams come from 5,400 lines: 20 drawn per line of text matched a token LM of that text)
@@ -104,7 +111,9 @@ def convert_word_arpa(path: str | Path, speller: WordSpeller, vocab_size: int, o
     from decoders.ngram import read_word_arpa, sample_word_sentences, spell_word_lm, write_arpa
 
     word_lm = read_word_arpa(path)
-    report: dict[str, Any] = {"conversion": conversion, "word_ngrams": len(word_lm.ngrams)}
+    recase = speller.normalise.one_case(word_lm.words)  # a cased tokenizer, a word LM written in one case
+    report: dict[str, Any] = {"conversion": conversion, "word_ngrams": len(word_lm.ngrams), "recased": recase,
+                              "punctuated": False}
     with tempfile.TemporaryDirectory(dir=work_dir) as scratch:
         scratch = Path(scratch)
         if conversion == "spell":
@@ -116,12 +125,14 @@ def convert_word_arpa(path: str | Path, speller: WordSpeller, vocab_size: int, o
 
             count = sentences if sentences is not None else sentences_to_draw(len(word_lm.ngrams))
             text, kept = scratch / "sampled.txt", 0
+            punctuation = set(speller.normalise.punctuation)
             with open(text, "w", encoding="utf-8") as out:
                 for words in sample_word_sentences(word_lm, count, seed=SEED):
-                    sentence = speller.normalise(" ".join(words))
+                    sentence = speller.normalise(" ".join(words), recase=recase)
                     if sentence and speller.encodable(sentence):
                         out.write(sentence + "\n")
                         kept += 1
+                        report["punctuated"] = report["punctuated"] or not punctuation.isdisjoint(sentence)
             if kept == 0:
                 raise ValueError(f"{path}: no sentence drawn from the word LM can be spelled by the model's "
                                  "tokenizer")

@@ -4,7 +4,9 @@ The one reader of `.nemo` facts, used by the driver (to refuse a decoding before
 NeMo adapter (`pipeline/model/nemo.py`, which reads the same facts from the loaded model's config), by the
 writer stage (tokenizer and frame timing, `read_model_layout`) and by the LM builder (the tokenizer).
 
-- `ModelFacts`: kind, heads, TDT durations, sample rate, the checkpoint's `max_symbols`; `model_facts(config)`.
+- `ModelFacts`: kind, heads, TDT durations, sample rate, the checkpoint's `max_symbols`; `model_facts(config)`,
+  which first refuses a model loopscribe cannot decode (`UnsupportedModel`: an attention encoder-decoder such as
+  Canary, a character-level model, a classifier), naming the kinds it supports (`SUPPORTED_MODELS`).
 - `ModelLayout`: what text and timestamps need (SentencePiece tokenizer, frame timing, head layouts).
 - `sentencepiece_model(path)`: the bundled SentencePiece model's bytes.
 """
@@ -22,6 +24,56 @@ from decoders.pieces import WORD_START
 
 Head = Literal["transducer", "ctc"]
 DEFAULT_MAX_SYMBOLS = 10  # NeMo's per-frame label limit when a checkpoint names none
+
+# NeMo's model classes (a config's `target`) that loopscribe decodes, and what they are
+SUPPORTED_MODELS = {
+    "EncDecRNNTBPEModel": "RNN-T or TDT transducer",
+    "EncDecCTCModelBPE": "CTC",
+    "EncDecHybridRNNTCTCBPEModel": "hybrid RNN-T or TDT transducer + CTC",
+}
+# what the others are, for the refusal's message
+_UNSUPPORTED_MODELS = {
+    "EncDecMultiTaskModel": "an attention encoder-decoder (Canary)",
+    "EncDecTransfModelBPE": "an attention encoder-decoder",
+    "SALM": "a speech-LLM",
+    "EncDecRNNTModel": "a transducer over characters, not SentencePiece pieces",
+    "EncDecCTCModel": "a CTC model over characters, not SentencePiece pieces",
+    "EncDecHybridRNNTCTCModel": "a hybrid model over characters, not SentencePiece pieces",
+    "EncDecClassificationModel": "a classifier",
+    "EncDecFrameClassificationModel": "a frame classifier (VAD)",
+    "EncDecSpeakerLabelModel": "a speaker model",
+    "SortformerEncLabelModel": "a diarizer",
+}
+# config sections that only attention encoder-decoders have (for a config that names no class)
+_ENCODER_DECODER_SECTIONS = ("transf_decoder", "transf_encoder", "prompt_format")
+
+
+class UnsupportedModel(ValueError):
+    """A model loopscribe cannot decode: its message names what the model is and the kinds loopscribe decodes."""
+
+
+def supported_models_line() -> str:
+    return "loopscribe decodes NeMo's " + ", ".join(f"{name} ({what})" for name, what in SUPPORTED_MODELS.items())
+
+
+def check_supported(config: Any) -> None:
+    """Raise `UnsupportedModel` unless the config (`read_nemo_config`, or a loaded model's) is of a model class
+    loopscribe decodes. NeMo writes the class into every saved config (`target`); a config without one is judged
+    by its sections: an attention decoder, or neither a transducer (`joint`) nor a CTC `decoder`, is refused."""
+    target = config.get("target")
+    if target:
+        name = str(target).rsplit(".", 1)[-1]
+        if name not in SUPPORTED_MODELS:
+            what = _UNSUPPORTED_MODELS.get(name, "not a transducer or CTC model loopscribe knows")
+            raise UnsupportedModel(f"the model is NeMo's {name}, {what}; {supported_models_line()}")
+        return
+    sections = [key for key in _ENCODER_DECODER_SECTIONS if key in config]
+    if sections:
+        raise UnsupportedModel(f"the model's config has {', '.join(sections)}: an attention encoder-decoder; "
+                               f"{supported_models_line()}")
+    if "joint" not in config and "decoder" not in config:
+        raise UnsupportedModel(f"the model's config has neither a transducer joint nor a CTC decoder; "
+                               f"{supported_models_line()}")
 
 
 def read_nemo_config(path: Path | str) -> dict[str, Any]:
@@ -72,7 +124,9 @@ class ModelFacts:
 
 
 def model_facts(config: Any) -> ModelFacts:
-    """A NeMo ASR model's facts from its config (a dict from `read_nemo_config`, or NeMo's DictConfig)."""
+    """A NeMo ASR model's facts from its config (a dict from `read_nemo_config`, or NeMo's DictConfig); raises
+    `UnsupportedModel` for a model loopscribe cannot decode."""
+    check_supported(config)
     has_transducer = "joint" in config
     has_ctc = "aux_ctc" in config or not has_transducer
     durations: tuple[int, ...] = ()
@@ -100,7 +154,11 @@ def model_facts(config: Any) -> ModelFacts:
 
 
 def read_model_facts(path: Path | str) -> ModelFacts:
-    return model_facts(read_nemo_config(path))
+    """`model_facts` of a `.nemo` file; an `UnsupportedModel` names the file."""
+    try:
+        return model_facts(read_nemo_config(path))
+    except UnsupportedModel as error:
+        raise UnsupportedModel(f"{path}: {error}") from None
 
 
 def sentencepiece_model(path: Path | str) -> bytes:
@@ -198,9 +256,13 @@ class ModelLayout:
 def read_model_layout(path: Path | str) -> ModelLayout:
     """A `.nemo` file -> its `ModelLayout`, for models with a SentencePiece tokenizer (NeMo's `bpe` type) and
     an encoder whose config names its `subsampling_factor` (Conformer, FastConformer); anything else raises
-    `LayoutUnavailable`."""
+    `LayoutUnavailable`, and a model loopscribe cannot decode at all `UnsupportedModel`."""
     with tarfile.open(path, "r:*") as archive:
         config = _config_in(archive, path)
+        try:
+            check_supported(config)  # refused as such, not as a layout to load the model for
+        except UnsupportedModel as error:
+            raise UnsupportedModel(f"{path}: {error}") from None
         text = SentencePieceText(_sentencepiece_in(archive, config, path))
     try:
         facts = model_facts(config)

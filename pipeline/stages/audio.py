@@ -15,8 +15,10 @@ from pipeline.stages.rows import ENERGY_FRAMES_PER_S, lower_priority, mark_faile
 
 
 class LoadAudio:
-    """CPU stage: rows -> rows with `samples` (float32 at `sample_rate`), `audio_s` and the measured
-    `audio_duration`; a row whose audio cannot be used, or is past a bound of `limits`, becomes an error row.
+    """CPU stage: rows -> rows with `samples` (float32 at `sample_rate`), `audio_s`, the measured
+    `audio_duration` (what was decoded: the segment the manifest's offset and duration select) and `file_duration`
+    (the whole file's length, where its header or the decode tells it); a row whose audio cannot be used, or is
+    past a bound of `limits`, becomes an error row.
 
     A row longer than `long_audio.chunk_s` leaves without its samples: it is read here once, whole (which checks
     it and measures it), to find its pauses (`energies`, the energy of each 10 ms), and the ASR stage reads it
@@ -38,6 +40,7 @@ class LoadAudio:
         table = table.cast(schema.INPUT_SCHEMA) if table.schema != schema.INPUT_SCHEMA else table
         samples: list[np.ndarray] = [np.zeros(0, np.float32)] * table.num_rows
         measured: list[float | None] = [None] * table.num_rows
+        file_durations: list[float | None] = [None] * table.num_rows
         chunked = [False] * table.num_rows
         energies: list[np.ndarray | None] = [None] * table.num_rows
         failed: dict[int, str] = {}
@@ -52,7 +55,7 @@ class LoadAudio:
             if isinstance(audio, AudioError):
                 failed[index] = str(audio)
                 continue
-            measured[index] = audio.duration_s
+            measured[index], file_durations[index] = audio.duration_s, audio.file_duration_s
             if chunk_s and audio.duration_s > chunk_s:  # the ASR stage reads it again, a chunk at a time
                 chunked[index] = True
                 energies[index] = frame_energies_db(audio.samples, self.sample_rate // ENERGY_FRAMES_PER_S)
@@ -62,6 +65,7 @@ class LoadAudio:
         for index in failed:
             samples[index], measured[index], chunked[index] = np.zeros(0, np.float32), None, False
         table = set_column(table, schema.AUDIO_DURATION, pa.array(measured, pa.float64()))
+        table = set_column(table, schema.FILE_DURATION, pa.array(file_durations, pa.float64()))
         table = set_column(table, AUDIO_S, pa.array([measured[i] if chunked[i] else len(s) / self.sample_rate
                                                for i, s in enumerate(samples)], pa.float64()))
         table = set_column(table, CHUNKED_READ, pa.array(chunked, pa.bool_()))

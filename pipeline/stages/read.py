@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from pipeline import schema
 from pipeline.io import IdSet, read_manifest
+from pipeline.io.uris import AudioRoots
 
 
 class ReadManifests:
@@ -19,6 +20,9 @@ class ReadManifests:
     Called as a function (Ray tasks), with the committed ids read once by the driver (`sink.committed_ids`),
     looked up `LOOKUP_ROWS` lines at a time. The rows leave in small tables, but Ray Data merges what a task
     yields into large blocks; `graph.read_rows` splits them again.
+
+    `row_limits` (manifest URI -> rows, `--limit`) reads only a manifest's first rows, committed ones counted; a
+    row whose audio lies outside `allowed_roots` (`--allowed-roots`) leaves as an error row naming the rule.
     """
 
     LOOKUP_ROWS = 1024  # manifest lines whose ids are looked up among the committed ones at once
@@ -29,19 +33,27 @@ class ReadManifests:
     CPUS = 0.0
     MAX_TASKS = 4
 
-    def __init__(self, committed: IdSet, chunk_rows: int) -> None:
+    def __init__(self, committed: IdSet, chunk_rows: int, row_limits: dict[str, int] | None = None,
+                 allowed_roots: AudioRoots | None = None) -> None:
         self.committed = committed
         self.chunk_rows = chunk_rows
+        self.row_limits = row_limits or {}
+        self.allowed_roots = allowed_roots or AudioRoots()
 
     def __call__(self, batch: pa.Table) -> Iterator[pa.Table]:
         for uri in batch.column(schema.MANIFEST).to_pylist():
             rows: list[dict[str, Any]] = []
-            lines = read_manifest(uri)
+            lines = itertools.islice(read_manifest(uri), self.row_limits.get(uri))
             while entries := list(itertools.islice(lines, self.LOOKUP_ROWS)):
                 done = self.committed.contains([entry[schema.UTTERANCE_ID] for entry in entries])
                 for entry, committed in zip(entries, done):
                     if committed:
                         continue
+                    if entry[schema.STATUS] == schema.STATUS_OK:
+                        outside = self.allowed_roots.problem(entry[schema.AUDIO_FILEPATH])
+                        if outside is not None:
+                            entry[schema.STATUS] = schema.STATUS_ERROR
+                            entry[schema.ERROR] = f"{uri}, line {entry[schema.LINE]}: {outside}"
                     rows.append(entry)
                     if len(rows) == self.chunk_rows:
                         yield pa.Table.from_pylist(rows, schema=schema.INPUT_SCHEMA)

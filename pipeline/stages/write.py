@@ -134,6 +134,8 @@ class FinishAndWrite:
             **{name: [redact(value) if value else value for value in table.column(name).to_pylist()]
                for name in (schema.MANIFEST, schema.AUDIO_FILEPATH, schema.ERROR)},  # no credential is written
             schema.AUDIO_DURATION: table.column(schema.AUDIO_DURATION),
+            schema.FILE_DURATION: (table.column(schema.FILE_DURATION)  # null where no audio stage measured it
+                                   if schema.FILE_DURATION in table.column_names else None),
             schema.TEXT: texts,
             schema.WORDS: words,
             schema.CONFIDENCE: confidence,

@@ -235,8 +235,8 @@ def test_f_local_output_on_a_full_tmpfs(two_hosts, small_tmpfs):
     assert not [path.name for path in output.iterdir() if path.name.startswith(".tmp-")], "temporary files left"
     committed = sink.read_output(str(output), ["utterance_id"]).column(0).to_pylist()
     assert len(committed) < ROWS
-    for path, table in sink.read_parts(str(output), ["utterance_id"]):  # every part whole, named by its rows
-        assert Path(path).name == sink.part_name(table.column(0).to_pylist())
+    for path, table in sink.read_parts(str(output), ["utterance_id", "manifest", "line"]):  # whole, named by its rows
+        assert Path(path).name == sink.part_name(table.column(0).to_pylist(), sink.part_sources(table))
     cluster.resize_small_disk("8m")
     submit = cluster.submit(job_args(cluster, str(output)), timeout_s=400)
     assert submit.returncode == 0 and "succeeded" in submit.stdout, submit.stdout[-3000:] + submit.stderr[-3000:]

@@ -282,3 +282,151 @@ def test_a_million_committed_ids_arrive_in_a_read_task_as_their_own_bytes():
         tracemalloc.stop()
     assert len(ids) == 1_000_000 and f"{123_456:032x}" in ids and f"{2_000_000:032x}" not in ids
     assert peak < 40 * 2**20
+
+
+GREEDY = {"model": {"uri": "m.nemo", "content_sha256": "a" * 64},
+          "decoding": {"strategy": "greedy", "beam_size": 4, "blank": 0, "c": 0}}
+ALSD = {**GREEDY, "decoding": {"strategy": "alsd", "beam_size": 4}}
+
+
+def claim_at_once(output, identities):
+    """`claim_output` called by one thread per identity, released together: what each got (True, False or the
+    IdentityMismatch raised)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipeline.io.sink import claim_output
+
+    start = threading.Barrier(len(identities))
+
+    def claim(identity):
+        start.wait(timeout=30)
+        try:
+            return claim_output(output, identity)
+        except IdentityMismatch as error:
+            return error
+
+    with ThreadPoolExecutor(max_workers=len(identities)) as pool:
+        return list(pool.map(claim, identities))
+
+
+def check_one_claim_won(output, identities, outcomes):
+    from pipeline.io.sink import read_identity
+
+    assert sum(outcome is True for outcome in outcomes) == 1, outcomes
+    winner = identities[outcomes.index(True)]
+    assert read_identity(output)["identity"] == winner
+    for identity, outcome in zip(identities, outcomes):
+        if identity == winner:
+            assert outcome in (True, False)  # a job of the same identity shares the output
+        else:
+            assert isinstance(outcome, IdentityMismatch), outcome
+            message = str(outcome)
+            assert "\n" not in message and len(message) < 400, message
+            assert 'decoding.strategy is "' in message and "write to a new output" in message
+
+
+def test_jobs_of_two_decodings_claiming_one_new_output_at_once_leave_exactly_one_claim(tmp_path):
+    for attempt in range(5):  # each time a new output: the race is on creating the claim
+        output = str(tmp_path / f"out{attempt}")
+        identities = [GREEDY, ALSD] * 4
+        check_one_claim_won(output, identities, claim_at_once(output, identities))
+        assert not [p for p in (tmp_path / f"out{attempt}").iterdir() if p.name.startswith(".tmp")]
+
+
+def test_an_s3_output_is_claimed_by_a_conditional_put_exactly_once():
+    pytest.importorskip("moto")
+    from tests.support.s3_server import moto_s3
+
+    with moto_s3("claimbucket"):
+        for attempt in range(3):
+            output = f"s3://claimbucket/out{attempt}"
+            identities = [GREEDY, ALSD] * 3
+            check_one_claim_won(output, identities, claim_at_once(output, identities))
+
+
+def test_a_refusal_is_one_line_naming_the_setting_that_differs_and_both_values(tmp_path):
+    from pipeline.io.sink import CLAIM_FILE, claim_output, identity_differences
+
+    output = str(tmp_path / "out")
+    assert claim_output(output, GREEDY) is True
+    assert claim_output(output, GREEDY) is False  # the same kind of results: shared
+    # a setting only one side knows (a later version's) does not make them differ
+    assert claim_output(output, {**GREEDY, "decoding": {**GREEDY["decoding"], "new_knob": 1}}) is False
+    with pytest.raises(IdentityMismatch) as refused:
+        claim_output(output, {**ALSD, "decoding": {"strategy": "alsd", "beam_size": 8, "lm_weight": 0.5},
+                              "long_audio": {"chunk_s": 30}})
+    message = str(refused.value)
+    assert message.startswith(f'{output} holds results of another model or decoding: decoding.strategy is "greedy" '
+                              'there, "alsd" here, decoding.beam_size is 4 there, 8 here (_identity.json, claimed by ')
+    with pytest.raises(IdentityMismatch, match=r"decoding.beam_size is 4 there, 8 here, decoding.blank is 0 there, 1 "
+                                               r"here \(and 1 more settings\) \(_identity.json"):
+        claim_output(output, {**GREEDY, "decoding": {**GREEDY["decoding"], "beam_size": 8, "blank": 1, "c": 2}})
+    assert claim_output(output, GREEDY) is False
+    assert message.endswith("; write to a new output, or delete this one to start over") and "\n" not in message
+    replaced = {**GREEDY, "model": {"uri": "m.nemo", "content_sha256": "b" * 64}}
+    with pytest.raises(IdentityMismatch, match="its model's content is sha256:aaaaaaaaaaaaaaaa there, "
+                                               "sha256:bbbbbbbbbbbbbbbb here .a model file replaced"):
+        claim_output(output, replaced)
+    assert identity_differences(GREEDY, replaced) == [("model.content_sha256", "a" * 64, "b" * 64)]
+    assert json.loads((tmp_path / "out" / CLAIM_FILE).read_text())["identity"] == GREEDY
+
+
+def test_an_output_of_an_earlier_version_is_checked_against_its_config_then_claimed(tmp_path):
+    from pipeline.io.sink import CLAIM_FILE, claim_output
+
+    output = str(tmp_path / "out")
+    earlier = {"model": {"uri": "m.nemo", "sha256": None, "cache_dir": None}, "decoding": {"strategy": "greedy"}}
+    write_json(output, CONFIG_FILE, {"identity": earlier, "row_identity": schema.ROW_IDENTITY})
+    write_part(output, rows(["a"]))
+    with pytest.raises(IdentityMismatch, match=r'decoding.strategy is "greedy" there, "alsd" here \(_config.json\)'):
+        claim_output(output, {"model": {"uri": "m.nemo", "content_sha256": "a" * 64}, "decoding": {"strategy": "alsd"}})
+    assert not (tmp_path / "out" / CLAIM_FILE).exists()
+    assert claim_output(output, {"model": {"uri": "m.nemo", "content_sha256": "a" * 64},
+                                 "decoding": {"strategy": "greedy"}}) is True
+
+
+def test_success_lists_the_parts_and_readers_read_exactly_those(tmp_path):
+    """`_SUCCESS` names the parts of the complete output: a part a later job adds is not read until that job's
+    `_SUCCESS`, a listed part gone is an error naming it, and without `_SUCCESS` the folder is read."""
+    from pipeline.io import sink
+
+    output = str(tmp_path / "out")
+    write_part(output, rows(["a", "b"]))
+    part_of_c = write_part(output, rows(["c"]))
+    mark_success(output, {"rows": 3})
+    listed = json.loads((tmp_path / "out" / "_SUCCESS").read_text())["parts"]
+    assert sorted(listed) == sorted(path.rsplit("/", 1)[-1] for path in list_parts(output))
+    write_part(output, rows(["d"]))  # a job started on the output since, writing
+    assert sorted(read_output(output).column(schema.UTTERANCE_ID).to_pylist()) == ["a", "b", "c"]
+    assert read_output(output, every_part=True).num_rows == 4
+    (tmp_path / "out" / part_of_c).unlink()  # that job's dedupe removed a listed part
+    with pytest.raises(FileNotFoundError, match=f"{part_of_c} is listed in {output}/_SUCCESS but is gone"):
+        read_output(output)
+    sink.mark_incomplete(output)
+    sink.mark_incomplete(output)  # none there: nothing to do
+    assert not is_complete(output) and read_output(output).num_rows == 3
+    (tmp_path / "out" / "_SUCCESS").write_text("")  # as an earlier loopscribe wrote it
+    assert read_output(output).num_rows == 3
+
+
+def test_a_part_removed_by_a_dedupe_while_it_is_read_is_replaced_by_a_fresh_listing(tmp_path, monkeypatch):
+    """A resume scan that lists the parts just before another job's dedupe rewrites one of them still finds every
+    committed id (the rewrite, listed afresh), instead of failing on the part that vanished."""
+    from pipeline.io import sink
+
+    output = str(tmp_path / "out")
+    write_part(output, rows(["a", "b"]))
+    write_part(output, rows(["b", "c", "d"]))
+    listing = sink.list_parts
+
+    def listed_then_deduplicated(uri):
+        paths = listing(uri)
+        if len(paths) == 2:  # the scan's first listing; then the other job's dedupe, then the reads
+            monkeypatch.setattr(sink, "list_parts", listing)
+            assert sink.deduplicate(uri).duplicates == 1
+            assert not set(paths) <= set(listing(uri))  # a listed part is gone
+        return paths
+
+    monkeypatch.setattr(sink, "list_parts", listed_then_deduplicated)
+    assert set(committed_ids(output)) == {"a", "b", "c", "d"}

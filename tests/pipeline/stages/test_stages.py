@@ -112,6 +112,10 @@ def test_bad_rows_become_error_rows_naming_manifest_line_and_cause(rows, model_c
     assert by_line[6][schema.AUDIO_FILEPATH].endswith("/corrupt.wav") and "corrupt.wav" in by_line[6][schema.ERROR]
     ok = [r for r in table.to_pylist() if r[schema.STATUS] == schema.STATUS_OK]
     assert len(ok) == 8 and all(r[schema.ERROR] == "" and r[schema.TEXT] for r in ok)
+    # the whole file's length reaches the output (listed as 9 s, each file decodes to its end: the two agree)
+    assert all(r[schema.FILE_DURATION] == pytest.approx(r[schema.AUDIO_DURATION]) and 0 < r[schema.FILE_DURATION] < 9
+               for r in ok)
+    assert all(by_line[line][schema.FILE_DURATION] is None for line in expected_errors)
     assert summary.to_pylist()[0] | {schema.FINISH_S: 0, schema.COMMITTED_AT: 0} == {
         schema.PART: sink.list_parts(str(tmp_path / "out"))[0].rsplit("/", 1)[-1], schema.ROWS: 15,
         schema.ROWS_OK: 8, schema.ROWS_ERROR: 7, schema.AUDIO_S: pytest.approx(
