@@ -184,17 +184,17 @@ def main() -> None:
 
         def with_threads(threads: int, latency_s: float):
             def run() -> None:
-                saved = sink.READ_THREADS, sink._filesystem
+                saved = sink.READ_THREADS, sink.output_filesystem
                 sink.READ_THREADS = threads
                 if latency_s:
                     def slow_filesystem(uri: str):
                         filesystem, root = saved[1](uri)
                         return _Slow(filesystem, latency_s), root
-                    sink._filesystem = slow_filesystem
+                    sink.output_filesystem = slow_filesystem
                 try:
                     scans(output)
                 finally:
-                    sink.READ_THREADS, sink._filesystem = saved
+                    sink.READ_THREADS, sink.output_filesystem = saved
             return run
 
         runs = {(latency, threads): with_threads(threads, latency / 1000)

@@ -39,7 +39,7 @@ from pipeline.graph import (
     output_identity,
     plan_job_decoding,
 )
-from pipeline.io import IdSet, load_audio, read_manifest, sink
+from pipeline.io import IdSet, claim, load_audio, read_manifest, sink
 from pipeline.io.redact import redact, redact_values
 from pipeline.io.uris import AudioRoots
 from pipeline.model import read_model_facts
@@ -125,8 +125,8 @@ def dry_run(config: TranscribeJobConfig, manifest_uris: list[str]) -> dict[str, 
     check_output(config)
     model = model_identity(config)
     try:
-        sink.check_identity(config.output, output_identity(config, model.sha256))
-    except sink.IdentityMismatch as error:
+        claim.check_identity(config.output, output_identity(config, model.sha256))
+    except claim.IdentityMismatch as error:
         raise OutputMismatchError(str(error)) from None
     device = config.resources.device if config.resources.device != "auto" else "cpu"
     facts = read_model_facts(model.path)

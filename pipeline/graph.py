@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from pipeline import schema
 from pipeline.config import TranscribeJobConfig
 from pipeline.decoding import DecodingPlan
-from pipeline.io import cached_sha256, expand_manifest_uris, models_dir, read_manifest, sink, sniff_manifest
+from pipeline.io import cached_sha256, claim, expand_manifest_uris, models_dir, read_manifest, sink, sniff_manifest
 from pipeline.io.redact import redact, redact_values
 from pipeline.io.uris import AudioRoots
 from pipeline.model import ModelFacts, ModelLoadError, fetch_model, read_model_facts
@@ -54,7 +54,7 @@ def output_identity(config: TranscribeJobConfig, model_sha256: str | None) -> di
     """What the output's claim records: `config.results_identity()` with the model named by its content,
     `model.content_sha256` (a file replaced at the same path is another model), and not by the sha256 a user
     pinned (the same content, pinned or not, is the same model). Without `model_sha256` (before the model is
-    fetched) the model's content is left out, and `sink.check_identity` compares the rest."""
+    fetched) the model's content is left out, and `claim.check_identity` compares the rest."""
     identity = config.results_identity()
     model = {key: value for key, value in identity["model"].items() if key not in ("sha256", "cache_dir")}
     if model_sha256 is not None:
@@ -66,18 +66,18 @@ def check_output(config: TranscribeJobConfig) -> None:
     """Refuse, before the model is fetched, to add rows to an output claimed for another decoding or model URI
     (the model's content is compared when the output is claimed, `claim_output`)."""
     try:
-        sink.check_identity(config.output, output_identity(config, None))
-    except sink.IdentityMismatch as error:
+        claim.check_identity(config.output, output_identity(config, None))
+    except claim.IdentityMismatch as error:
         raise OutputMismatchError(str(error)) from None
 
 
 def claim_output(config: TranscribeJobConfig, model_sha256: str) -> None:
-    """Claim the output for this job's results before any work (`sink.claim_output`, atomic: of two jobs of
+    """Claim the output for this job's results before any work (`claim.claim_output`, atomic: of two jobs of
     different identities started together, one is refused here with the setting that differs, before it writes
     anything), then mark it incomplete until this run's `_SUCCESS`."""
     try:
-        sink.claim_output(config.output, output_identity(config, model_sha256))
-    except sink.IdentityMismatch as error:
+        claim.claim_output(config.output, output_identity(config, model_sha256))
+    except claim.IdentityMismatch as error:
         raise OutputMismatchError(str(error)) from None
     sink.mark_incomplete(config.output)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import schema
-from pipeline.io import sink
 from pipeline.config import BUNDLED_MANIFEST, BUNDLED_MODEL, BUNDLED_TDT_MODEL, REPOSITORY, DecodingConfig
+from pipeline.io import sink
 
 DOMAIN = REPOSITORY / "samples" / "domain"
 
@@ -53,8 +53,8 @@ def test_bundled_model_transcribes_the_samples_within_the_wer_bound(name, head):
     import jiwer
     import soundfile
 
-    from pipeline.model.nemo import load_asr_model
     from pipeline.decoding.recognize import recognize
+    from pipeline.model.nemo import load_asr_model
 
     rows, paths = samples()
     path, kind = MODELS[name]
@@ -106,9 +106,9 @@ def domain_dev(tmp_path_factory):
     import torch
 
     from decoders.ngram.lm import NgramLm
+    from pipeline.decoding.recognize import pad_waveforms
     from pipeline.lm.build import build_lm
     from pipeline.model.nemo import load_asr_model
-    from pipeline.decoding.recognize import pad_waveforms
 
     pytest.importorskip("varikn")  # the `lm` extra builds the LM
     lm_path = tmp_path_factory.mktemp("domain_lm") / "domain.lm"

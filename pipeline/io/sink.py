@@ -11,11 +11,10 @@ with or without Ray, and a user can see what is committed by listing files.
 
 The protocol:
 0. Before any work, a job claims the output for its results identity (the model's content, the decoding, every
-   setting that changes results): `claim_output` creates `_identity.json` if it is absent, in one atomic step
-   (`create_exclusively`: link(2) on a local disk, a conditional PUT, `If-None-Match: *`, on S3), so of two jobs
-   started together into a new output exactly one makes the claim; a job whose identity differs from the claim
-   is refused with the setting that differs, before it writes anything. Jobs of the same identity share the
-   output. Then the job removes `_SUCCESS` (`mark_incomplete`): from here on parts come and go.
+   setting that changes results) in one atomic step (`pipeline/io/claim.py`): of two jobs started together into a
+   new output exactly one makes the claim; a job whose identity differs from the claim is refused with the setting
+   that differs, before it writes anything. Jobs of the same identity share the output. Then the job removes
+   `_SUCCESS` (`mark_incomplete`): from here on parts come and go.
 1. A part is named by its content, `part-<sha1 of its sorted rows>.parquet` (a row: its utterance id, manifest and
    line, `part_name`), and appears whole or not at all: written to a hidden temporary name and renamed on a local
    disk; a single PUT on object stores (an object is visible only once complete). A retried task rewrites the
@@ -36,12 +35,9 @@ reading an unfinished output, it reads the parts a fresh listing shows in place 
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import os
-import socket
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -58,21 +54,17 @@ from pipeline import schema
 
 PART_PREFIX = "part-"
 CONFIG_FILE = "_config.json"
-CLAIM_FILE = "_identity.json"
 SUMMARY_FILE = "_summary.json"
 SUCCESS_FILE = "_SUCCESS"
 READ_THREADS = 16  # parts read at once (object stores: one request each)
 RELIST_ROUNDS = 3  # fresh listings read for the parts that replaced vanished ones (an unfinished output)
-SHOWN_DIFFERENCES = 2  # settings a refusal names (the first of them, `FIRST_NAMED`, where they differ)
-FIRST_NAMED = ("model.content_sha256", "model.uri", "decoding.strategy")
-CREATE_TRIES = 3  # a conditional PUT racing another is answered 409 (S3): the next try is answered "exists"
 
 
-def _filesystem(output_uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
+def output_filesystem(output_uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fsspec.core.url_to_fs(output_uri)
 
 
-def _is_local(filesystem: fsspec.AbstractFileSystem) -> bool:
+def is_local_filesystem(filesystem: fsspec.AbstractFileSystem) -> bool:
     protocol = filesystem.protocol
     return "file" in (protocol if isinstance(protocol, (tuple, list)) else (protocol,))
 
@@ -121,13 +113,13 @@ class PartWriteError(OSError):
 def write_part(output_uri: str, table: pa.Table) -> str:
     """Commit one part atomically (see the module docstring) and return its name; `PartWriteError` naming the
     output and the cause if it cannot be (nothing half-written is left under a part's name)."""
-    filesystem, root = _filesystem(output_uri)
+    filesystem, root = output_filesystem(output_uri)
     name = part_name(table.column(schema.UTTERANCE_ID).to_pylist(), part_sources(table))
     final = f"{root.rstrip('/')}/{name}"
     temporary = f"{root.rstrip('/')}/.tmp-{uuid.uuid4().hex}.parquet"
     try:
         filesystem.makedirs(root, exist_ok=True)
-        if _is_local(filesystem):
+        if is_local_filesystem(filesystem):
             try:
                 pq.write_table(table, temporary)
                 os.replace(temporary, final)
@@ -144,7 +136,7 @@ def write_part(output_uri: str, table: pa.Table) -> str:
 
 
 def list_parts(output_uri: str) -> list[str]:
-    filesystem, root = _filesystem(output_uri)
+    filesystem, root = output_filesystem(output_uri)
     # other processes (the writer actors) add parts: a listing cached by this process's filesystem object
     # (s3fs, gcsfs keep one per instance) would hide them from the resume scan, the dedupe and the summary
     filesystem.invalidate_cache(root)
@@ -164,7 +156,7 @@ def read_parts(output_uri: str, columns: list[str] | None = None) -> Iterator[tu
     this output, after it wrote the part that replaces it: the parts of a fresh listing not yet read are read
     after the others (up to `RELIST_ROUNDS` listings), so a resume scan misses no committed row.
     """
-    filesystem, _ = _filesystem(output_uri)
+    filesystem, _ = output_filesystem(output_uri)
     paths = list_parts(output_uri)  # listed once: parts this process adds meanwhile (the dedupe's) are not read
     seen = set(paths)
     for _ in range(RELIST_ROUNDS + 1):
@@ -298,7 +290,7 @@ def deduplicate(output_uri: str) -> Deduplicated:
     a rewritten part can take the name of a later part holding exactly its remaining rows, which is all
     duplicates, and removing that one afterwards would remove the rewrite.
     """
-    filesystem, _ = _filesystem(output_uri)
+    filesystem, _ = output_filesystem(output_uri)
     # in Arrow, not as Python objects: the ids of millions of rows as Python strings take gigabytes of the driver
     paths: list[str] = []
     part_lengths: list[int] = []
@@ -412,156 +404,16 @@ def _conflicts(rows: pa.Table) -> tuple[int, tuple[str, ...]]:
 
 
 def write_json(output_uri: str, name: str, payload: dict[str, Any]) -> None:
-    filesystem, root = _filesystem(output_uri)
+    filesystem, root = output_filesystem(output_uri)
     filesystem.makedirs(root, exist_ok=True)
     with filesystem.open(f"{root.rstrip('/')}/{name}", "w") as handle:
         json.dump(payload, handle, indent=2, sort_keys=True)
         handle.write("\n")
 
 
-class IdentityMismatch(ValueError):
-    """The output holds results made another way (another model or decoding)."""
-
-
-def create_exclusively(output_uri: str, name: str, data: bytes) -> None:
-    """Create the file `name` in the output holding `data`, whole, only if no file of that name exists there;
-    `FileExistsError` if one does. Of several callers at once, exactly one creates it:
-
-    - a local disk: the bytes go to a temporary file, hard-linked to `name` (link(2) fails if `name` exists, as
-      `O_EXCL` does, and `name` never holds less than all the bytes); `O_EXCL` where hard links are not supported.
-    - S3: one PUT with `If-None-Match: *` (s3fs's `pipe_file(mode="create")`), which S3 refuses if the object
-      exists (AWS since 2024, MinIO, and moto in the tests); a PUT racing another is answered 409 and tried again.
-    - other fsspec backends: their `pipe_file(mode="create")`; fsspec's own (used by a backend that does not
-      implement it) checks and then writes, which is not atomic.
-    """
-    filesystem, root = _filesystem(output_uri)
-    root = root.rstrip("/")
-    final = f"{root}/{name}"
-    if _is_local(filesystem):
-        os.makedirs(root, exist_ok=True)
-        temporary = f"{root}/.tmp-{uuid.uuid4().hex}"
-        try:
-            with open(temporary, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            try:
-                os.link(temporary, final)
-            except FileExistsError:
-                raise
-            except OSError:  # a filesystem without hard links (some FUSE mounts)
-                descriptor = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                with os.fdopen(descriptor, "wb") as handle:
-                    handle.write(data)
-        finally:
-            os.remove(temporary)
-        return
-    filesystem.makedirs(root, exist_ok=True)
-    for attempt in range(CREATE_TRIES):
-        try:
-            filesystem.pipe_file(final, data, mode="create")
-            return
-        except FileExistsError:
-            raise
-        except OSError:
-            if attempt == CREATE_TRIES - 1:
-                raise
-            time.sleep(0.25 * 2**attempt)
-
-
-def read_identity(output_uri: str) -> dict[str, Any] | None:
-    """What the output's claim records (`CLAIM_FILE`: "identity", "row_identity", "claimed"), or, in an output an
-    earlier loopscribe made (no claim), its `_config.json`; None where neither exists."""
-    filesystem, root = _filesystem(output_uri)
-    for name in (CLAIM_FILE, CONFIG_FILE):
-        path = f"{root.rstrip('/')}/{name}"
-        filesystem.invalidate_cache(path)
-        try:
-            with filesystem.open(path, "r") as handle:
-                return json.load(handle)
-        except FileNotFoundError:
-            continue
-    return None
-
-
-def identity_differences(earlier: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(setting, its value in `earlier`, its value `now`) for each setting that differs, as `section.key` in name
-    order. A setting that only one of the two knows (added by a later version) does not make them differ."""
-    now = json.loads(json.dumps(now))  # as it will be stored: tuples become lists
-    found = []
-    for section in sorted(set(earlier) & set(now)):
-        before, after = earlier[section] or {}, now[section] or {}
-        found += [(f"{section}.{key}", before[key], after[key])
-                  for key in sorted(set(before) & set(after)) if before[key] != after[key]]
-    return found
-
-
-def _shown(value: Any, width: int = 60) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= width else f"{text[:width - 3]}..."
-
-
-def check_identity(output_uri: str, identity: dict[str, Any]) -> None:
-    """Refuse (`IdentityMismatch`, one line naming the first setting that differs and both values) to add rows to
-    an output whose claim (or `_config.json`, in an output of an earlier loopscribe) records another results
-    identity, or whose rows were identified another way (`schema.ROW_IDENTITY`: an output of a loopscribe that
-    identified rows by manifest line cannot be resumed by content). Reads only: `claim_output` claims."""
-    written = read_identity(output_uri)
-    if written is None:
-        return
-    if written.get("row_identity") != schema.ROW_IDENTITY and list_parts(output_uri):
-        raise IdentityMismatch(
-            f"{output_uri} was written by an older loopscribe, which identified rows by manifest line: its rows "
-            f"cannot be matched to utterances by content ({schema.ROW_IDENTITY}), so resuming it could transcribe "
-            "rows twice or skip them; write to a new output, or delete this one to start over")
-    earlier = written.get("identity")
-    differences = identity_differences(earlier, identity) if earlier is not None else []
-    if not differences:
-        return
-    differences.sort(key=lambda difference: FIRST_NAMED.index(difference[0]) if difference[0] in FIRST_NAMED
-                     else len(FIRST_NAMED))
-    changes = []
-    for setting, before, after in differences[:SHOWN_DIFFERENCES]:
-        if setting == "model.content_sha256":
-            changes.append(f"its model's content is sha256:{before[:16]} there, sha256:{after[:16]} here (a model "
-                           "file replaced at the same path is another model)")
-        else:
-            changes.append(f"{setting} is {_shown(before)} there, {_shown(after)} here")
-    change = ", ".join(changes)
-    hidden = len(differences) - SHOWN_DIFFERENCES
-    more = f" (and {hidden} more settings)" if hidden > 0 else ""
-    claimed = written.get("claimed") or {}
-    by = f", claimed by {claimed.get('host')} pid {claimed.get('pid')} at {claimed.get('at')}" if claimed else ""
-    raise IdentityMismatch(f"{output_uri} holds results of another model or decoding: {change}{more} "
-                           f"({CLAIM_FILE if claimed else CONFIG_FILE}{by}); write to a new output, or delete this "
-                           "one to start over")
-
-
-def claim_output(output_uri: str, identity: dict[str, Any]) -> bool:
-    """Claim the output for results of `identity` before any work (the protocol's step 0): True if this call
-    made the claim, False if the output was claimed for the same identity already (jobs of one identity share an
-    output); `IdentityMismatch` if it holds, or another job claimed it just now for, another identity."""
-    check_identity(output_uri, identity)  # refused at once where the claim (or an earlier version's config) differs
-    claimed = {"host": socket.gethostname(), "pid": os.getpid(),
-               "at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-               "nonce": uuid.uuid4().hex}
-    payload = {"identity": identity, "row_identity": schema.ROW_IDENTITY, "claimed": claimed}
-    try:
-        create_exclusively(output_uri, CLAIM_FILE, (json.dumps(payload, indent=2, sort_keys=True) + "\n").encode())
-    except FileExistsError:  # claimed meanwhile (a job started at the same time) or before: that claim decides
-        check_identity(output_uri, identity)
-        return False
-    written = read_identity(output_uri) or {}
-    if (written.get("claimed") or {}).get("nonce") != claimed["nonce"]:
-        # a store that ignored the condition and let a later PUT replace this one: that claim decides
-        check_identity(output_uri, identity)
-        return False
-    return True
-
-
 def mark_incomplete(output_uri: str) -> None:
     """Remove `_SUCCESS` (if there) before a run changes the output: a reader waiting for it waits for this run."""
-    filesystem, root = _filesystem(output_uri)
+    filesystem, root = output_filesystem(output_uri)
     path = f"{root.rstrip('/')}/{SUCCESS_FILE}"
     filesystem.invalidate_cache(path)
     try:
@@ -574,7 +426,7 @@ def mark_success(output_uri: str, summary: dict[str, Any]) -> None:
     """Write the summary, then the `_SUCCESS` marker (last, so its presence means the output is complete), which
     lists the parts the complete output is made of: `{"parts": [names]}`."""
     write_json(output_uri, SUMMARY_FILE, summary)
-    filesystem, root = _filesystem(output_uri)
+    filesystem, root = output_filesystem(output_uri)
     names = [path.rsplit("/", 1)[-1] for path in list_parts(output_uri)]
     with filesystem.open(f"{root.rstrip('/')}/{SUCCESS_FILE}", "w") as handle:
         json.dump({"parts": names}, handle, indent=0)
@@ -582,7 +434,7 @@ def mark_success(output_uri: str, summary: dict[str, Any]) -> None:
 
 
 def is_complete(output_uri: str) -> bool:
-    filesystem, root = _filesystem(output_uri)
+    filesystem, root = output_filesystem(output_uri)
     filesystem.invalidate_cache(root)
     return filesystem.exists(f"{root.rstrip('/')}/{SUCCESS_FILE}")
 
@@ -590,7 +442,7 @@ def is_complete(output_uri: str) -> bool:
 def success_parts(output_uri: str) -> list[str] | None:
     """The paths of the parts `_SUCCESS` lists, in name order; None where there is no `_SUCCESS` or it lists none
     (an earlier loopscribe wrote it empty)."""
-    filesystem, root = _filesystem(output_uri)
+    filesystem, root = output_filesystem(output_uri)
     path = f"{root.rstrip('/')}/{SUCCESS_FILE}"
     filesystem.invalidate_cache(path)
     try:
@@ -612,7 +464,7 @@ def read_output(output_uri: str, columns: list[str] | None = None, every_part: b
         tables = [table for _, table in read_parts(output_uri, columns)]
     else:
         tables = []
-        for path, table in _read_paths(_filesystem(output_uri)[0], listed, columns):
+        for path, table in _read_paths(output_filesystem(output_uri)[0], listed, columns):
             if table is None:
                 raise FileNotFoundError(f"{path} is listed in {output_uri.rstrip('/')}/{SUCCESS_FILE} but is gone: "
                                         f"a job has started on this output since; read it once that job has written "

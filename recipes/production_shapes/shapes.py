@@ -329,8 +329,13 @@ class _Emission:
                             lambda: self.measure()[0] > labels_per_frame, -8.0, 16.0)
 
     def bisect_punctuation(self, share: float) -> float:
-        return self._bisect(lambda bias: set_label_bias(self.nemo_model, self.head, self.marks, bias),
-                            lambda: self.measure()[1] < share, -4.0, 12.0)
+        # the share jumps with the bias (every mark's logit moves at once): twice the steps, to land near it
+        self.iterations *= 2
+        try:
+            return self._bisect(lambda bias: set_label_bias(self.nemo_model, self.head, self.marks, bias),
+                                lambda: self.measure()[1] < share, -4.0, 12.0)
+        finally:
+            self.iterations //= 2
 
 
 def sample_waveforms(count: int = 8) -> list[np.ndarray]:

@@ -17,8 +17,8 @@ from decoders.confidence import (
     word_confidence,
 )
 from decoders.ctc.greedy import CtcGreedy
-from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias
 from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy
+from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias
 from tests.reference import confidence as reference
 
 METHODS = [ConfidenceMethodConfig(name="max_prob", alpha=alpha) for alpha in (1.0, 0.5)] + [

@@ -54,8 +54,8 @@ def local_head():
 
 
 def test_ray_job_submit_transcribes_a_manifest(local_head, nemo_assets, tmp_path):
-    from pipeline.model.nemo import load_asr_model
     from pipeline.decoding.recognize import recognize
+    from pipeline.model.nemo import load_asr_model
 
     manifest = tmp_path / "manifest.json"
     manifest.write_text("".join(json.dumps({"audio_filepath": str(path), "duration": 5.0}) + "\n"

@@ -71,12 +71,12 @@ def test_a_dry_run_with_a_limit_counts_the_first_rows(tmp_path):
 def test_a_dry_run_refuses_an_output_of_another_decoding_as_the_run_would(tmp_path):
     from pipeline.config import DecodingConfig, TranscribeJobConfig
     from pipeline.graph import output_identity
-    from pipeline.io import file_sha256, sink
+    from pipeline.io import claim, file_sha256
 
     good, _, _ = corpus(tmp_path)
     output = tmp_path / "out"
     other = TranscribeJobConfig(output=str(output), decoding=DecodingConfig(strategy="ctc_greedy"))
-    sink.claim_output(str(output), output_identity(other, file_sha256(other.model.uri)))
+    claim.claim_output(str(output), output_identity(other, file_sha256(other.model.uri)))
     before = sorted(path.name for path in output.iterdir())
     result = job("--manifest", str(good), "--output", str(output), "--dry-run", "--cache-dir",
                  str(tmp_path / "cache"), cwd=tmp_path)

@@ -3,8 +3,8 @@ text Ray wraps it in, never the wrapper's name alone."""
 
 from __future__ import annotations
 
-from pipeline.io import sink
 from pipeline.graph import stage_error
+from pipeline.io import sink
 from pipeline.model.actor import ModelLoadError
 
 

@@ -158,7 +158,7 @@ def test_every_row_once_with_in_process_transcripts_and_clear_errors(ray_cluster
     assert "no file or url audio source" in errors[("cuts.jsonl.gz", 6)]
     assert "'start' must not be negative" in errors[("cuts.jsonl.gz", 7)]
     assert sink.is_complete(output)
-    written = json.loads(sink._filesystem(output)[0].cat(f"{BUCKET}/out/complete/{sink.SUMMARY_FILE}"))
+    written = json.loads(sink.output_filesystem(output)[0].cat(f"{BUCKET}/out/complete/{sink.SUMMARY_FILE}"))
     assert written["rows_ok"] == 205 and written["model_id"].startswith("rnnt.nemo sha256:")
 
     # a rerun finds everything committed, transcribes nothing and writes nothing twice
@@ -172,7 +172,7 @@ def test_every_row_once_with_in_process_transcripts_and_clear_errors(ray_cluster
 
 
 def committed(output):
-    sink._filesystem(output)[0].invalidate_cache()
+    sink.output_filesystem(output)[0].invalidate_cache()
     return set(sink.committed_ids(output))
 
 

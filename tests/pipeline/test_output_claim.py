@@ -23,7 +23,7 @@ import pytest
 from pipeline import schema
 from pipeline.config import BUNDLED_MODEL, BUNDLED_TDT_MODEL, ModelConfig, ResourcesConfig, TranscribeJobConfig
 from pipeline.decoding.plan import DecodingConfig
-from pipeline.io import sink
+from pipeline.io import claim, sink
 
 pytestmark = [pytest.mark.ray, pytest.mark.nemo]
 
@@ -101,7 +101,7 @@ def test_two_decodings_racing_into_one_output_one_is_refused_and_a_replaced_mode
         assert written["model_sha256"] == summary["model_sha256"] == digest
         assert written["identity"]["model"]["content_sha256"] == digest
         assert written["config"]["model"]["sha256"] == digest  # the stages' model pinned to the content claimed
-        assert sink.read_identity(output)["identity"]["decoding"]["strategy"] == winner
+        assert claim.read_identity(output)["identity"]["decoding"]["strategy"] == winner
         assert sorted(json.loads((tmp_path / "out" / sink.SUCCESS_FILE).read_text())["parts"]) == sorted(
             path.rsplit("/", 1)[-1] for path in sink.list_parts(output))
 

@@ -18,11 +18,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from decoders.boosting.tree import PhraseBoosting, WeightedSum
 from decoders.boosting.rows import NO_SET, RowPhraseBoosting, union_tensors
-from decoders.ctc.greedy import CtcGreedy
+from decoders.boosting.tree import PhraseBoosting, WeightedSum
 from decoders.ctc.beam import CtcBeamConfig, CtcBeamSearch
 from decoders.ctc.beam_cpu import CpuCtcBeamSearch
+from decoders.ctc.greedy import CtcGreedy
 from decoders.ngram.tensors import walk_torch
 from decoders.transducer.beam import AesBeamSearch, AesSkipBlankSearch, AlsdBeamSearch, BeamSearchConfig
 from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy

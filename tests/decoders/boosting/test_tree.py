@@ -22,9 +22,9 @@ from decoders.boosting.tree import (
     phrase_token_sequences,
     read_phrase_list,
 )
-from decoders.ctc.greedy import CtcGreedy
 from decoders.ctc.beam import CtcBeamConfig, CtcBeamSearch
 from decoders.ctc.beam_cpu import CpuCtcBeamSearch
+from decoders.ctc.greedy import CtcGreedy
 from decoders.ngram.tensors import walk_torch
 from decoders.transducer.beam import AesBeamSearch, AesSkipBlankSearch, AlsdBeamSearch, BeamSearchConfig
 from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy
@@ -338,10 +338,10 @@ def test_a_contact_name_the_model_misspells_is_corrected_only_with_boosting(tmp_
     import soundfile
 
     from pipeline.config import BUNDLED_MODEL
-    from pipeline.decoding.plan import DecodingConfig, decode_in_process, plan_decoding
     from pipeline.decoding.fusion import load_fusion_model
-    from pipeline.model.nemo import load_asr_model
+    from pipeline.decoding.plan import DecodingConfig, decode_in_process, plan_decoding
     from pipeline.decoding.recognize import pad_waveforms
+    from pipeline.model.nemo import load_asr_model
 
     root = BUNDLED_MODEL.parent.parent
     model = load_asr_model(str(BUNDLED_MODEL))

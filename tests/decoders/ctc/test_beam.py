@@ -14,8 +14,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from decoders.ctc.greedy import CtcGreedy, collapse_blanks
 from decoders.ctc.beam import CtcBeamConfig, CtcBeamSearch
+from decoders.ctc.greedy import CtcGreedy, collapse_blanks
 from tests.decoders.ctc.test_greedy import emissions
 from tests.reference.ctc import AdvanceOnly, BigramLm, exhaustive_best, prefix_beam_search_one
 

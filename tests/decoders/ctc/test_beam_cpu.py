@@ -27,8 +27,8 @@ from decoders.ctc.beam import CtcBeamConfig, CtcBeamSearch
 from decoders.ctc.beam_cpu import CpuCtcBeamSearch
 from decoders.ngram.arpa import write_arpa
 from decoders.ngram.lm import NgramLm
-from tests.decoders.ngram.arpa_factory import random_ngrams
 from tests.decoders.ctc.test_greedy import emissions
+from tests.decoders.ngram.arpa_factory import random_ngrams
 from tests.reference.ctc import BigramLm
 
 _LM_FOLDER = tempfile.TemporaryDirectory(prefix="ctc_beam_cpu_")

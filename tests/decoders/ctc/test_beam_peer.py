@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decoders.ctc.greedy import CtcGreedy
 from decoders.ctc.beam import CtcBeamConfig, CtcBeamSearch
+from decoders.ctc.greedy import CtcGreedy
 from tests.reference.ctc import nemo_symbol, peaky_emissions, random_bigram_arpa, sequence_score, write_token_arpa
 
 VOCAB = 32  # non-blank labels; blank is last (NeMo's layout)

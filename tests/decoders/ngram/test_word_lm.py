@@ -284,8 +284,8 @@ def test_the_converted_lm_is_cached_and_reused(varikn_word_arpa, speller, tmp_pa
 def test_load_language_model_tells_and_converts_a_word_level_arpa(varikn_word_arpa, speller, tmp_path,
                                                                   fewer_sentences):
     from pipeline.config import BUNDLED_MODEL
-    from pipeline.decoding.plan import DecodingConfig, plan_decoding
     from pipeline.decoding.fusion import lm_problem, load_language_model
+    from pipeline.decoding.plan import DecodingConfig, plan_decoding
     from pipeline.model.nemo_file import read_model_facts
 
     facts = read_model_facts(BUNDLED_MODEL)
@@ -315,12 +315,12 @@ def test_the_bundled_model_decodes_the_domain_set_better_with_a_word_level_arpa(
     import soundfile
 
     pytest.importorskip("varikn")
-    from pipeline.lm.build import train_varikn
     from pipeline.config import BUNDLED_MODEL
-    from pipeline.decoding.plan import DecodingConfig, decode_in_process, plan_decoding
     from pipeline.decoding.fusion import load_language_model
-    from pipeline.model.nemo import load_asr_model
+    from pipeline.decoding.plan import DecodingConfig, decode_in_process, plan_decoding
     from pipeline.decoding.recognize import pad_waveforms
+    from pipeline.lm.build import train_varikn
+    from pipeline.model.nemo import load_asr_model
 
     text = tmp_path / "words.txt"
     text.write_text((DOMAIN / "lm_text.txt").read_text(encoding="utf-8"), encoding="utf-8")

@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from decoders.hypotheses import BatchedHypotheses, Hypothesis
-from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias
 from decoders.transducer.aes import AesSkipBlankSearch
 from decoders.transducer.beam import AesBeamSearch, AlsdBeamSearch, BeamSearchConfig
 from decoders.transducer.beam_base import CudaGraphsRunner
 from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy
+from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias
 from decoders.transducer.wind_beam import WindBeamSearch
 from tests.reference.fake_lm import BigramLm
 from tests.reference.transducer_beam import alsd_decode, maes_decode

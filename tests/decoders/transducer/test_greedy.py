@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from decoders.transducer.frame_looping import FrameLoopingGreedy
-from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias
 from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy
+from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias
 from tests.reference.compare import assert_same_hypotheses
 from tests.reference.transducer_greedy import greedy_decode
 

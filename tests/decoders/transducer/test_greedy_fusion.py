@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from decoders.ngram.arpa import write_arpa
 from decoders.ngram.lm import NgramLm
-from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias
 from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy
+from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias
 from tests.decoders.ngram.arpa_factory import random_ngrams
 from tests.reference.compare import assert_same_hypotheses
 from tests.reference.table_transducer import TableTransducer, frame_inputs, one_hot_table

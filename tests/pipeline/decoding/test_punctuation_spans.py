@@ -78,9 +78,9 @@ def test_transducer_text_and_words_equal_nemos(shape_name, kind):
         tokens = hard_tokens(model, rng, length)
         frames = np.sort(rng.integers(0, 3 * length + 1, length)).tolist()
         durations = rng.integers(0, 5, length).tolist() if kind == "tdt" else None
-        hypothesis = Hypothesis(score=0.0, y_sequence=torch.tensor(tokens, dtype=torch.long),
-                                timestamp=torch.tensor(frames, dtype=torch.long), dec_state=None,
-                                token_duration=torch.tensor(durations, dtype=torch.long) if durations is not None else None)
+        hypothesis = Hypothesis(score=0.0, y_sequence=torch.tensor(tokens, dtype=torch.long), dec_state=None,
+                                timestamp=torch.tensor(frames, dtype=torch.long),
+                                token_duration=None if durations is None else torch.tensor(durations, dtype=torch.long))
         (hypothesis,) = nemo_model.decoding.decode_hypothesis([hypothesis])
         hypothesis = nemo_model.decoding.compute_rnnt_timestamps(hypothesis, "all")
         ours = transcript_of(model, kind, tokens, frames, durations, 0.0)
@@ -109,8 +109,9 @@ def test_ctc_text_and_words_equal_nemos(shape_name):
         frames = int(rng.integers(1, 60))
         path = [blank_id if rng.random() < 0.5 else token for token in hard_tokens(model, rng, frames)]
         path = [path[t - 1] if t and rng.random() < 0.3 else path[t] for t in range(frames)]  # runs of one label
-        hypothesis = Hypothesis(score=0.0, y_sequence=torch.tensor(path, dtype=torch.long), length=torch.tensor(frames),
-                                dec_state=None)
+        # as NeMo's greedy_batch leaves it: the frame-level labels, and the frames of the non-blank ones
+        hypothesis = Hypothesis(score=0.0, y_sequence=path, length=frames, dec_state=None,
+                                timestamp=[t for t, label in enumerate(path) if label != blank_id])
         (hypothesis,) = decoding.decode_hypothesis([hypothesis], True)
         hypothesis.text = hypothesis.text[:2]
         hypothesis = decoding.compute_ctc_timestamps(hypothesis, "all")

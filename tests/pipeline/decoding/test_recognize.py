@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from decoders.ctc.greedy import CtcGreedy
-from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias
 from decoders.transducer.greedy import GreedyConfig, LabelLoopingGreedy
-from pipeline.model.nemo_file import ModelFacts
+from decoders.transducer.tiny import TinyTransducer, calibrate_blank_bias
 from pipeline.decoding.recognize import GreedyRecognizer, pad_waveforms, recognize
+from pipeline.model.nemo_file import ModelFacts
 from tests.decoders.test_timestamps import pieces_to_text
 
 

@@ -19,15 +19,15 @@ import pyarrow as pa
 import pytest
 
 from pipeline import schema
+from pipeline.config import BUNDLED_MODEL, LongAudioConfig, ModelConfig, ResourcesConfig
+from pipeline.decoding.plan import DecodingConfig, plan_decoding
 from pipeline.io import sink
+from pipeline.io.manifest import MAX_ROW_PHRASES, parse_line, read_manifest
 from pipeline.model.actor import load_model
+from pipeline.model.nemo_file import ModelFacts
 from pipeline.stages.asr import TranscribeBatch
 from pipeline.stages.audio import LoadAudio
 from pipeline.stages.write import FinishAndWrite
-from pipeline.config import BUNDLED_MODEL, LongAudioConfig, ModelConfig, ResourcesConfig
-from pipeline.decoding.plan import DecodingConfig, plan_decoding
-from pipeline.io.manifest import MAX_ROW_PHRASES, parse_line, read_manifest
-from pipeline.model.nemo_file import ModelFacts
 
 DOMAIN = BUNDLED_MODEL.parent.parent / "samples" / "domain"
 
@@ -99,7 +99,7 @@ def test_rows_lists_are_boosted_at_the_boost_weight_and_zero_switches_them_off()
                                                lm_weight=0.3))
     assert both.with_row_phrases().fusion_weight == pytest.approx(1.0)
     assert both.row_description(2) == "greedy lm=x.lm lm_weight=0.3 phrases=names.txt boost_weight=0.7 row_phrases=2"
-    with pytest.raises(ValueError, match="boost_weight must be a finite number >= 0|boost_weight must be a number >= 0"):
+    with pytest.raises(ValueError, match="boost_weight must be a (finite )?number >= 0"):
         DecodingConfig(boost_weight=-0.5)
 
 
@@ -167,8 +167,8 @@ def in_process_with_own_list(stem: str, phrases, decoding: DecodingConfig, tmp_p
     """The text of one utterance decoded alone, in a job whose `--phrases` file is the row's list."""
     import soundfile
 
-    from pipeline.decoding.plan import decode_in_process
     from pipeline.decoding.fusion import load_fusion_model
+    from pipeline.decoding.plan import decode_in_process
     from pipeline.decoding.recognize import pad_waveforms, transcript_of
 
     model = load(ModelConfig(uri=str(BUNDLED_MODEL)), "cpu")
@@ -228,10 +228,10 @@ def test_a_job_list_and_an_lm_are_fused_with_the_rows_own(domain_table, tmp_path
     import torch
 
     from decoders.boosting.tree import WeightedSum
-    from pipeline.lm.build import build_lm
-    from pipeline.decoding.plan import decode_in_process
     from pipeline.decoding.fusion import boosting_from_phrase_file, load_language_model, sentencepiece_of
+    from pipeline.decoding.plan import decode_in_process
     from pipeline.decoding.recognize import pad_waveforms
+    from pipeline.lm.build import build_lm
 
     lm_path = tmp_path / "domain.lm"
     build_lm([DOMAIN / "lm_text.txt"], BUNDLED_MODEL, lm_path, order=3, tool="varikn")

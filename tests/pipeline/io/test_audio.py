@@ -16,10 +16,10 @@ import soundfile
 import soxr
 from fsspec.spec import AbstractFileSystem
 
+from pipeline.config import InputConfig
 from pipeline.io import audio as audio_module
 from pipeline.io import audio_read
 from pipeline.io.audio import AudioError, LoadedAudio, decode_audio, load_audio, read_bytes
-from pipeline.config import InputConfig
 
 WAIT_S = 10.0  # the most any test waits on a thread: a broken bound fails the test instead of hanging it
 

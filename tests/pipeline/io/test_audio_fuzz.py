@@ -19,8 +19,8 @@ import soundfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.io.audio import AudioError, decode_audio
 from pipeline.config import InputConfig
+from pipeline.io.audio import AudioError, decode_audio
 
 LIMITS = InputConfig(max_row_duration_s=5.0, min_sample_rate=1000, max_file_bytes=1 << 20, read_timeout_s=5.0)
 TIGHT = InputConfig(max_row_duration_s=0.05, min_sample_rate=8000)  # the seeds are 0.1-0.4 s: the bound bites

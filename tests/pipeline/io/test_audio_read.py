@@ -25,12 +25,12 @@ from fsspec.spec import AbstractFileSystem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipeline.config import InputConfig
 from pipeline.io import audio_read
 from pipeline.io.audio import AudioError, LoadedAudio, decode_audio, load_audio, load_audio_batch
-from pipeline.config import InputConfig
-from tests.support.s3_server import moto_s3
 from tests.pipeline.io.test_audio_fuzz import LIMITS as FUZZ_LIMITS
 from tests.pipeline.io.test_audio_fuzz import SEEDS
+from tests.support.s3_server import moto_s3
 
 SAMPLES = Path(__file__).resolve().parents[3] / "samples"
 RATE = 16000

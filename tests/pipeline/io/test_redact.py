@@ -10,15 +10,15 @@ from pathlib import Path
 import pyarrow as pa
 
 from pipeline import schema
+from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig, TranscribeJobConfig, config_from_dict
+from pipeline.decoding.plan import describe, plan_decoding
 from pipeline.io import sink
+from pipeline.io.manifest import read_manifest
+from pipeline.io.redact import redact, redact_values
+from pipeline.model.nemo_file import read_model_facts
 from pipeline.stages.asr import TranscribeBatch
 from pipeline.stages.audio import LoadAudio
 from pipeline.stages.write import FinishAndWrite
-from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig, TranscribeJobConfig, config_from_dict
-from pipeline.decoding.plan import describe, plan_decoding
-from pipeline.io.manifest import read_manifest
-from pipeline.model.nemo_file import read_model_facts
-from pipeline.io.redact import redact, redact_values
 from tests.support.s3_server import moto_s3
 
 REPOSITORY = Path(__file__).resolve().parents[3]

@@ -8,12 +8,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import schema
+from pipeline.io.claim import IdentityMismatch, check_identity
 from pipeline.io.sink import (
     CONFIG_FILE,
     Deduplicated,
-    IdentityMismatch,
     IdSet,
-    check_identity,
     committed_ids,
     deduplicate,
     is_complete,
@@ -295,7 +294,7 @@ def claim_at_once(output, identities):
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from pipeline.io.sink import claim_output
+    from pipeline.io.claim import claim_output
 
     start = threading.Barrier(len(identities))
 
@@ -311,7 +310,7 @@ def claim_at_once(output, identities):
 
 
 def check_one_claim_won(output, identities, outcomes):
-    from pipeline.io.sink import read_identity
+    from pipeline.io.claim import read_identity
 
     assert sum(outcome is True for outcome in outcomes) == 1, outcomes
     winner = identities[outcomes.index(True)]
@@ -346,7 +345,7 @@ def test_an_s3_output_is_claimed_by_a_conditional_put_exactly_once():
 
 
 def test_a_refusal_is_one_line_naming_the_setting_that_differs_and_both_values(tmp_path):
-    from pipeline.io.sink import CLAIM_FILE, claim_output, identity_differences
+    from pipeline.io.claim import CLAIM_FILE, claim_output, identity_differences
 
     output = str(tmp_path / "out")
     assert claim_output(output, GREEDY) is True
@@ -373,7 +372,7 @@ def test_a_refusal_is_one_line_naming_the_setting_that_differs_and_both_values(t
 
 
 def test_an_output_of_an_earlier_version_is_checked_against_its_config_then_claimed(tmp_path):
-    from pipeline.io.sink import CLAIM_FILE, claim_output
+    from pipeline.io.claim import CLAIM_FILE, claim_output
 
     output = str(tmp_path / "out")
     earlier = {"model": {"uri": "m.nemo", "sha256": None, "cache_dir": None}, "decoding": {"strategy": "greedy"}}

@@ -21,9 +21,9 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from pipeline.model.nemo_file import LayoutUnavailable, read_model_layout
-from pipeline.model.nemo import load_asr_model
 from pipeline.decoding.recognize import transcript_of
+from pipeline.model.nemo import load_asr_model
+from pipeline.model.nemo_file import LayoutUnavailable, read_model_layout
 
 pytestmark = pytest.mark.nemo
 
@@ -128,15 +128,15 @@ def test_writer_stage_needs_no_nemo(nemo_assets, tmp_path, strategy):
     import pyarrow.feather
 
     from pipeline import schema
+    from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig
+    from pipeline.decoding.plan import plan_decoding
     from pipeline.io import sink
+    from pipeline.io.manifest import read_manifest
     from pipeline.model.actor import load_model
+    from pipeline.model.nemo_file import read_model_facts
     from pipeline.stages.asr import TranscribeBatch
     from pipeline.stages.audio import LoadAudio
     from pipeline.stages.write import FinishAndWrite
-    from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig
-    from pipeline.decoding.plan import plan_decoding
-    from pipeline.io.manifest import read_manifest
-    from pipeline.model.nemo_file import read_model_facts
 
     manifest = tmp_path / "manifest.json"
     manifest.write_text("".join(json.dumps({"audio_filepath": str(f), "duration": 9.0}) + "\n"

@@ -11,14 +11,14 @@ import pytest
 import soundfile
 
 from pipeline import schema
-from pipeline.model.actor import load_model
-from pipeline.stages.asr import TranscribeBatch
-from pipeline.stages.audio import LoadAudio
 from pipeline.config import BUNDLED_MANIFEST, BUNDLED_MODEL, LongAudioConfig, ModelConfig, ResourcesConfig
 from pipeline.decoding.plan import DecodingConfig, plan_decoding
-from pipeline.io.manifest import read_manifest
-from pipeline.model.nemo_file import read_model_facts
 from pipeline.decoding.recognize import transcript_of
+from pipeline.io.manifest import read_manifest
+from pipeline.model.actor import load_model
+from pipeline.model.nemo_file import read_model_facts
+from pipeline.stages.asr import TranscribeBatch
+from pipeline.stages.audio import LoadAudio
 
 pytestmark = pytest.mark.nemo
 

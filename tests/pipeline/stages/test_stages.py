@@ -15,17 +15,17 @@ import pyarrow as pa
 import pytest
 
 from pipeline import schema
+from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig
+from pipeline.decoding.plan import DecodingError, compact_ctc_log_probs, describe, plan_decoding
+from pipeline.decoding.recognize import pad_waveforms, recognize, transcript_of
 from pipeline.io import sink
+from pipeline.io.manifest import read_manifest
 from pipeline.model.actor import load_model
+from pipeline.model.nemo_file import read_model_facts
 from pipeline.stages.asr import TranscribeBatch
 from pipeline.stages.audio import LoadAudio
 from pipeline.stages.read import ReadManifests
 from pipeline.stages.write import FinishAndWrite
-from pipeline.config import DecodingConfig, ModelConfig, ResourcesConfig
-from pipeline.decoding.plan import DecodingError, compact_ctc_log_probs, describe, plan_decoding
-from pipeline.io.manifest import read_manifest
-from pipeline.model.nemo_file import read_model_facts
-from pipeline.decoding.recognize import pad_waveforms, recognize, transcript_of
 
 pytestmark = pytest.mark.nemo
 
@@ -377,9 +377,9 @@ def test_strategies_a_model_cannot_run_are_refused_on_the_driver(nemo_assets, ki
 
 @pytest.mark.parametrize("strategy", ["greedy", "ctc_beam"])
 def test_the_lm_is_fetched_once_and_fused_as_in_process(nemo_assets, rows, model_config, tmp_path, strategy):
-    from pipeline.lm.build import build_lm
-    from pipeline.decoding.plan import decode_in_process
     from pipeline.decoding.fusion import load_language_model
+    from pipeline.decoding.plan import decode_in_process
+    from pipeline.lm.build import build_lm
 
     tokenizer_dir = nemo_assets["checkpoints"]["tdt_ctc"].parent / "tokenizer"
     lm_path = tmp_path / "domain.lm"
