@@ -125,10 +125,12 @@ def write_hostile_corpus(folder: Path, lines: int, audio_files: list[Path]) -> H
 class PeakRss:
     """Samples, every `interval_s` until `stop()`, the summed resident memory of this process and all its
     descendants (an in-process Ray's GCS, raylet and workers), read from /proc. Shared pages count once per
-    process, so the figure is an upper bound."""
+    process, so the figure is an upper bound. `added_bytes`: the peak over what they held when sampling began (a
+    session's Ray, and models earlier tests loaded into this process, are not the job's)."""
 
     def __init__(self, interval_s: float = 0.5) -> None:
-        self.peak_bytes = 0
+        self.start_bytes = _rss_bytes(_descendants(os.getpid()) | {os.getpid()})
+        self.peak_bytes = self.start_bytes
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(interval_s,), daemon=True)
         self._thread.start()
@@ -140,6 +142,10 @@ class PeakRss:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+    @property
+    def added_bytes(self) -> int:
+        return self.peak_bytes - self.start_bytes
 
 
 def _rss_bytes(pids: set[int]) -> int:
