@@ -251,7 +251,10 @@ def punctuation_ids(model) -> list[int]:
 
 def calibrate_emission(nemo_model, waveforms: Sequence[np.ndarray], frames_per_label: float = 3.0,
                        iterations: int = 8, encoder_scale: float = 1.0, prediction_scale: float = 1.0,
-                       punctuation_share: float | None = None) -> dict[str, float]:
+                       punctuation_share: float | None = None,
+                       frame_variation: float | None = None,
+                       prediction_ratio: float | None = None, max_symbols: int = 3,
+                       center_durations: bool = False) -> dict[str, float]:
     """Make a random model emit about one label per `frames_per_label` under our greedy decoding, and with
     `punctuation_share`, about that share of its labels punctuation marks (where the vocabulary has them).
 
@@ -260,10 +263,20 @@ def calibrate_emission(nemo_model, waveforms: Sequence[np.ndarray], frames_per_l
     `max_symbols` labels on every frame or on none. Centering the joint's encoder projection on the mean encoder
     output, scaling it up by `encoder_scale` and the prediction projection down by `prediction_scale` lets the
     frames lead, as in a trained model. A random CTC head has the same flat argmax (one long run of one label):
-    its logits are centered the same way. Then each head's blank bias is bisected; with `punctuation_share`,
-    the punctuation labels' bias is bisected next (a random model picks them as rarely as any of a thousand
-    labels, where a punctuated transcript has about one in ten) and the blank's again. Returns each head's blank
-    bias, and its punctuation bias as "<head>_punctuation".
+    its logits are centered the same way. The deeper a random encoder, the more alike its frames (a frame's
+    distance from the mean frame is 18% of its norm after 1 or 2 FastConformer layers of width 1024, 7% after 24),
+    and a model whose frames are alike emits one label throughout: `frame_variation` scales both heads' encoder
+    projections as if that share were `frame_variation`. A wide random joint hardly hears its prediction network
+    (its projection varies a tenth as much as the encoder's at width 1024 and 640), so that a transducer repeats
+    one label over similar frames: `prediction_ratio` scales the prediction projection to vary that many times as
+    much as the encoder's (a TDT model's: an RNN-T's labels would feed themselves on one frame).
+    `center_durations` centers a TDT joint's duration logits on the calibration frames, so that its durations
+    spread over all of them (a random joint gives the same one nearly everywhere). With `punctuation_share`, the
+    punctuation marks' logits are raised until a mark is the best label but the blank on that share of the frames
+    (a random model picks them as rarely as any of a thousand labels, where a punctuated transcript has about one
+    in ten). Then each head's blank bias is bisected, with at most 3 labels a frame, and a TDT head's again
+    near it with at most `max_symbols`. Returns each head's blank bias, and its punctuation bias as
+    "<head>_punctuation".
     """
     from decoders.transducer.greedy import GreedyConfig
     from pipeline.decoding.recognize import GreedyRecognizer, pad_waveforms
@@ -275,12 +288,23 @@ def calibrate_emission(nemo_model, waveforms: Sequence[np.ndarray], frames_per_l
     with torch.no_grad():
         inside = torch.arange(encoder_output.shape[1]) < encoder_lengths.unsqueeze(1)  # [B, T]
         mean = encoder_output[inside].mean(dim=0)  # [D]
+        if frame_variation is not None:
+            frames = encoder_output[inside]  # [N, D]
+            spread = frame_variation / float(((frames - mean).norm(dim=1) / frames.norm(dim=1)).mean())
+            if model.transducer is not None:
+                model.transducer.joint.enc.weight.mul_(spread)
+            if model.ctc is not None:
+                model.ctc.head.decoder_layers[0].weight.mul_(spread)
         if model.transducer is not None:
             joint, transducer = model.transducer.joint, model.transducer
-            joint.enc.bias -= joint.enc.weight @ mean
             labels = torch.arange(transducer.vocab_size + 1)  # one step after each label (blank = start)
             state = transducer.initial_state(len(labels), labels.device, encoder_output.dtype)
             prediction, _ = transducer.predict(labels, state)  # [V, P]
+            if prediction_ratio is not None and transducer.durations:
+                spread_encoder = (encoder_output[inside] - mean) @ joint.enc.weight.T  # [N, H]
+                spread_prediction = (prediction - prediction.mean(dim=0)) @ joint.pred.weight.T  # [V, H]
+                joint.pred.weight.mul_(prediction_ratio * float(spread_encoder.std() / spread_prediction.std()))
+            joint.enc.bias -= joint.enc.weight @ mean
             joint.pred.bias -= joint.pred.weight @ prediction.mean(dim=0)
             joint.enc.weight.mul_(encoder_scale)
             joint.pred.weight.mul_(prediction_scale)
@@ -290,52 +314,96 @@ def calibrate_emission(nemo_model, waveforms: Sequence[np.ndarray], frames_per_l
     marks = torch.tensor(punctuation_ids(model) if punctuation_share else [], dtype=torch.long)
     biases = {}
     for head in model.heads:
-        # at most 3 labels per frame while bisecting: far above the target, and much faster at low biases
-        recognizer = GreedyRecognizer(model, head, GreedyConfig(max_symbols=3))
-        emission = _Emission(nemo_model, head, recognizer.decode, encoder_output, encoder_lengths, marks, iterations)
-        biases[head] = emission.bisect_blank(1.0 / frames_per_label)
+        # at most 3 labels per frame while bisecting from afar: far above the target, and much faster at low
+        # biases; then, with a higher `max_symbols`, near the bias found (a model that repeats labels on a frame
+        # emits more under its own limit, so the bias it needs is no lower)
+        # the second pass for TDT only: an RNN-T's repeats make it slow (and CTC has no limit)
+        limit = max_symbols if head == "transducer" and model.transducer.durations else 3
+        decoders = {n: GreedyRecognizer(model, head, GreedyConfig(max_symbols=n)).decode for n in {3, limit}}
+        if head == "transducer" and model.transducer.durations and center_durations:
+            # random duration logits pick one duration nearly everywhere (all 4: at most one label per 4 frames)
+            logits = _joint_logits(model, encoder_output[inside])  # [M, V + 1 + N]
+            layer, durations = _head_output(nemo_model, head)[0], len(model.transducer.durations)
+            with torch.no_grad():
+                layer.bias[-durations:] -= logits[:, -durations:].mean(dim=0)
         if len(marks):
-            biases[f"{head}_punctuation"] = emission.bisect_punctuation(punctuation_share)
-            biases[head] = emission.bisect_blank(1.0 / frames_per_label)
-    return biases
+            bias = _punctuation_bias(_label_logits(model, head, encoder_output[inside]), marks, punctuation_share)
+            set_label_bias(nemo_model, head, marks, bias)
+            biases[f"{head}_punctuation"] = bias
+        emission = _Emission(nemo_model, head, decoders, encoder_output, encoder_lengths, iterations)
+        biases[head] = emission.bisect_blank(1.0 / frames_per_label, limit)
+    return dict(sorted(biases.items()))
+
+
+@torch.no_grad()
+def _joint_logits(model, frames: torch.Tensor, states: int = 16, most_frames: int = 256) -> torch.Tensor:
+    """The joint's logits [M, V + 1 (+ N durations)] for up to `most_frames` of the encoder frames [F, D], each
+    after `states` prediction states (the start, and after labels spread over the vocabulary)."""
+    frames = frames[torch.linspace(0, len(frames) - 1, min(len(frames), most_frames)).long()]
+    transducer = model.transducer
+    labels = torch.linspace(0, transducer.vocab_size, states).long()  # the last is the blank: the start state
+    state = transducer.initial_state(len(labels), labels.device, frames.dtype)
+    prediction, _ = transducer.predict(labels, state)  # [S, P]
+    logits = transducer.joint_after_projection(transducer.project_encoder(frames)[:, None],
+                                               transducer.project_prediction(prediction)[None])  # [F, S, ...]
+    return logits.reshape(-1, logits.shape[-1])
+
+
+@torch.no_grad()
+def _label_logits(model, head: str, frames: torch.Tensor) -> torch.Tensor:
+    """A head's label logits [M, V + 1] (blank last) on encoder frames [F, D]: the CTC head's on every frame, the
+    joint's as `_joint_logits` gives them, without TDT durations."""
+    if head == "ctc":
+        return model.ctc.log_probs(frames[None])[0]
+    return _joint_logits(model, frames)[:, : model.transducer.vocab_size + 1]
+
+
+def _punctuation_bias(logits: torch.Tensor, marks: torch.Tensor, share: float) -> float:
+    """The bias on the marks' logits that makes a mark the best non-blank label in `share` of the rows."""
+    labels = logits[:, :-1]  # [M, V] without the blank
+    is_mark = torch.zeros(labels.shape[1], dtype=torch.bool)
+    is_mark[marks] = True
+    margin = labels[:, is_mark].max(dim=1).values - labels[:, ~is_mark].max(dim=1).values  # [M]
+    return -float(torch.quantile(margin, 1.0 - share))
 
 
 class _Emission:
-    """One head's greedy emission on fixed encoder output, measured while its blank or punctuation bias moves."""
+    """One head's greedy emission on fixed encoder output, measured while its blank bias moves."""
 
-    def __init__(self, nemo_model, head, decode, encoder_output, encoder_lengths, marks, iterations: int) -> None:
-        self.nemo_model, self.head, self.decode, self.marks = nemo_model, head, decode, marks
-        self.encoder_output, self.encoder_lengths, self.iterations = encoder_output, encoder_lengths, iterations
+    def __init__(self, nemo_model, head, decoders, encoder_output, encoder_lengths, iterations: int) -> None:
+        self.nemo_model, self.head, self.decoders, self.iterations = nemo_model, head, decoders, iterations
+        self.encoder_output, self.encoder_lengths = encoder_output, encoder_lengths
 
-    def measure(self) -> tuple[float, float]:
-        """(labels per frame, the share of them that are punctuation marks)"""
-        hypotheses = self.decode(self.encoder_output, self.encoder_lengths)
-        inside = torch.arange(hypotheses.tokens.shape[1]) < hypotheses.token_lengths[:, None]  # [B, U]
-        tokens = hypotheses.tokens[inside]
-        share = float(torch.isin(tokens, self.marks).sum()) / max(len(tokens), 1)
-        return len(tokens) / float(self.encoder_lengths.sum()), share
+    def rate(self, max_symbols: int = 3) -> float:
+        """Labels per frame under greedy decoding with that limit."""
+        return float(self.decoders[max_symbols](self.encoder_output, self.encoder_lengths).token_lengths.sum()) / \
+            float(self.encoder_lengths.sum())
 
-    def _bisect(self, apply, above, low: float, high: float) -> float:
-        """The bias in [low, high] where `above()` (true while the bias is too low) turns false."""
+    def _bisect(self, above, low: float, high: float) -> float:
+        """The blank bias in [low, high] where `above()` (true while the bias is too low) turns false."""
         for _ in range(self.iterations):
             middle = (low + high) / 2
-            apply(middle)
+            set_blank_bias(self.nemo_model, self.head, middle)
             low, high = (middle, high) if above() else (low, middle)
-        apply((low + high) / 2)
+        set_blank_bias(self.nemo_model, self.head, (low + high) / 2)
         return (low + high) / 2
 
-    def bisect_blank(self, labels_per_frame: float) -> float:
-        return self._bisect(lambda bias: set_blank_bias(self.nemo_model, self.head, bias),
-                            lambda: self.measure()[0] > labels_per_frame, -8.0, 16.0)
+    def bisect_blank(self, labels_per_frame: float, max_symbols: int) -> float:
+        low, high = -8.0, 16.0
+        bias = self._bisect(lambda: self.rate() > labels_per_frame, low, high)
+        if max_symbols == 3:
+            return bias
+        step = (high - low) / 2 ** self.iterations
+        return self._bisect(lambda: self.rate(max_symbols) > labels_per_frame, bias - step, bias + 3.0)
 
-    def bisect_punctuation(self, share: float) -> float:
-        # the share jumps with the bias (every mark's logit moves at once): twice the steps, to land near it
-        self.iterations *= 2
-        try:
-            return self._bisect(lambda bias: set_label_bias(self.nemo_model, self.head, self.marks, bias),
-                                lambda: self.measure()[1] < share, -4.0, 12.0)
-        finally:
-            self.iterations //= 2
+
+# how the shapes are calibrated (`calibrate_emission`): one label per 3 frames, a mark the best label but the blank
+# on a quarter of the frames (a few to a fifth of the labels come out punctuation), frames
+# as different as a 2-layer encoder's, a TDT prediction network heard as much as the encoder and its durations
+# spread, 12 bisection steps
+PRODUCTION_CALIBRATION = {"frames_per_label": 3.0, "iterations": 12, "punctuation_share": 0.25,
+                          "frame_variation": 0.18, "prediction_ratio": 1.0, "max_symbols": 10,
+                          "center_durations": True}
 
 
 def sample_waveforms(count: int = 8) -> list[np.ndarray]:
@@ -346,3 +414,41 @@ def sample_waveforms(count: int = 8) -> list[np.ndarray]:
     if not paths:
         raise FileNotFoundError(f"no samples/*.flac under {REPOSITORY}")
     return [soundfile.read(path, dtype="float32")[0] for path in paths]
+
+
+def build_checkpoint(shape: Shape, out_dir: Path, seed: int = 0, calibration_files: int = 8,
+                     tokenizer_dir: Path | None = None) -> dict[str, object]:
+    """Build `shape` with random weights, calibrate it on the bundled samples (`PRODUCTION_CALIBRATION`) and
+    save it as `out_dir/<shape.name>.nemo`; the tokenizer is trained into `out_dir/tokenizer_<text>_<size>` unless
+    given (one there already is reused). Returns what was built: path, bytes, parameters (and at full depth,
+    for a reduced one), the tokenizer's properties, the calibrated biases and the seconds each step took."""
+    import time
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(step: str) -> None:
+        nonlocal clock
+        seconds[step], clock = round(time.perf_counter() - clock, 1), time.perf_counter()
+
+    tokenizer_dir = tokenizer_dir or train_tokenizer(out_dir / f"tokenizer_{shape.text}_{shape.vocab_size}",
+                                                     shape.vocab_size, shape.text, seed)
+    lap("tokenizer")
+    model = build_random_model(shape, tokenizer_dir, seed)
+    lap("build")
+    biases = calibrate_emission(model, sample_waveforms(calibration_files), **PRODUCTION_CALIBRATION)
+    lap("calibrate")
+    path = out_dir / f"{shape.name}.nemo"
+    model.save_to(str(path))
+    lap("save")
+    base = SHAPES.get(shape.name.removesuffix(f"-{shape.n_layers}layers"))  # the shape at its published depth
+    parameters = parameter_count(model)
+    missing_layers = base.n_layers - shape.n_layers if base is not None else 0
+    return {
+        "shape": shape.name, "path": str(path), "bytes": path.stat().st_size, "layers": shape.n_layers,
+        "parameters": parameters,
+        "parameters_at_full_depth": parameters + missing_layers * encoder_layer_parameters(model),
+        "tokenizer": tokenizer_properties(tokenizer_dir), "biases": {k: round(v, 4) for k, v in biases.items()},
+        "seconds": seconds,
+    }

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import soundfile
-import torch
 
 from recipes.production_shapes.shapes import (
+    PRODUCTION_CALIBRATION,
     Shape,
     build_random_model,
     calibrate_emission,
@@ -23,8 +23,6 @@ from recipes.production_shapes.shapes import (
     train_tokenizer,
 )
 from tests.support import random_nemo
-
-PUNCTUATION_SHARE = 0.1  # of the labels a calibrated model with punctuation in its vocabulary emits
 
 
 @functools.cache
@@ -58,11 +56,12 @@ def tiny(shape: Shape) -> Shape:
 @functools.cache
 def calibrated_model(name: str, n_layers: int | None, tiny_encoder: bool = False, seed: int = 0):
     """The shape `name` at `n_layers` (None: full depth) with random weights, calibrated on the first 8 of the
-    speech files to one label per 3 frames, a tenth of them punctuation where the vocabulary has any."""
+    speech files as the recipe calibrates (`PRODUCTION_CALIBRATION`: one label per 3 frames, a tenth of them
+    punctuation where the vocabulary has any)."""
     shape = shape_named(name, n_layers)
     shape = tiny(shape) if tiny_encoder else shape
     model = build_random_model(shape, tokenizer_dir(shape.text, shape.vocab_size), seed=seed)
-    calibrate_emission(model, waveforms()[:8], punctuation_share=PUNCTUATION_SHARE)
+    calibrate_emission(model, waveforms()[:8], **PRODUCTION_CALIBRATION)
     return model
 
 
@@ -132,6 +131,3 @@ def punctuation_count(model, transcripts: list) -> int:
     marks = set(punctuation_ids(model))
     return sum(token in marks for transcript in transcripts for token in transcript.tokens)
 
-
-def as_tensor(values) -> torch.Tensor:
-    return torch.tensor(list(values), dtype=torch.long)
