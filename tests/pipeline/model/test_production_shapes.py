@@ -3,8 +3,9 @@
 Peers: NeMo's own `transcribe(timestamps=True)` on the same in-memory model and the same twelve WAV files, at
 batch size 1: `greedy_batch` on the TDT and CTC heads of the parakeet-tdt-0.6b-v2-shaped hybrid (cased,
 punctuated 1,024 pieces), on the RNN-T of the parakeet-rnnt-1.1b shape, the parakeet-ctc-1.1b shape and the TDT
-of the multilingual 8,192-piece parakeet-tdt-0.6b-v3 shape, and `malsd_batch` (beam 4) against our ALSD++. Ours decode in batches of 4, as the
-job does. Transcripts, tokens and word spans (frames and seconds, punctuation included) must be equal.
+of the multilingual 8,192-piece parakeet-tdt-0.6b-v3 shape, and `malsd_batch` (beam 4) against our ALSD++. Ours
+decode in batches of 4, as the job does. Transcripts, tokens and word spans (frames and seconds, punctuation
+included) must be equal.
 
 Every model has its real widths, vocabulary and durations; the default suite builds them at reduced depth (2
 encoder layers for the 0.6b shape, 1 for the others: about 65 M and 40 M parameters), the `slow` test at full
