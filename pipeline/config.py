@@ -90,9 +90,16 @@ class ResourcesConfig:
     audio_actors: int = setting(2, "audio fetch/decode actors", minimum=1, hidden_aliases=("--cpu-actors",))
     writer_actors: int = setting(1, "CPU actors for CTC beam search, detokenization and writing", minimum=1,
                                  hidden_aliases=("--ctc-actors",))
-    # the length bucketing bound
-    batch_audio_s: float = setting(300.0, "padded audio seconds per encoder batch", above=0, finite=True)
+    # the length bucketing bounds; with the model's memory model (pipeline/model/memory.py) they size each batch
+    batch_audio_s: float | None = setting(
+        None, "padded audio seconds per encoder batch", above=0, finite=True,
+        default_help="as many as the ASR actor's memory holds for the model, at most 300 on a CPU")
     max_batch_size: int = setting(64, "utterances per encoder batch", minimum=1)
+    asr_memory_gb: float | None = setting(
+        None, "GiB an ASR actor's encoder batches may take beyond the model's weights; batches, and the longest "
+              "piece of a row decoded whole (longer rows are cut into chunks), are sized to fit", above=0,
+        finite=True, default_help="0.9 of the GPU's free memory once the model is loaded; on a CPU 0.4 of the node's "
+                                  "available memory, shared among the ASR actors it can hold")
     # the streaming window
     window_rows: int = setting(1024, "rows each ASR call buckets by length", minimum=1)
     part_rows: int = setting(256, "rows per Parquet part", minimum=1)

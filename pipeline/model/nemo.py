@@ -3,11 +3,11 @@
 
 - `load_asr_model(uri)` takes a local path, `s3://`, `gs://` or any fsspec URI (fetched once per node through
   `pipeline/io/fetch.py`) and restores the checkpoint safely.
-- `AsrModel` exposes what decoding needs: `facts` (`pipeline/model/nemo_file.py::ModelFacts`, read from the same
-  config the driver reads), `sample_rate`, `frame_shift_s` (seconds per encoder frame),
-  `encode(waveforms, lengths)`, `max_symbols` (the checkpoint's greedy setting), `transducer` (a
-  `TransducerModel` over NeMo's prediction network and joint, RNN-T or TDT), `ctc` (a `CtcModel` over the CTC
-  head of CTC and hybrid models) and `tokenizer`.
+- `AsrModel` exposes what decoding needs: `config` (NeMo's model config), `facts`
+  (`pipeline/model/nemo_file.py::ModelFacts`, read from the same config the driver reads), `sample_rate`,
+  `frame_shift_s` (seconds per encoder frame), `encode(waveforms, lengths)`, `max_symbols` (the checkpoint's
+  greedy setting), `transducer` (a `TransducerModel` over NeMo's prediction network and joint, RNN-T or TDT),
+  `ctc` (a `CtcModel` over the CTC head of CTC and hybrid models) and `tokenizer`.
 
 Trust: a `.nemo` file holds a pickled torch checkpoint and a config that names classes to build. Loading
 restores weights with `torch.load(weights_only=True)` and NeMo 3.0 checks every config `_target_` against its
@@ -199,6 +199,7 @@ class AsrModel:
     def __init__(self, nemo_model: Any) -> None:
         nemo_model.eval()
         self.nemo_model = nemo_model
+        self.config = nemo_model.cfg  # the model config (`model_config.yaml`), e.g. for its memory model
         self.facts = model_facts(nemo_model.cfg)
         self.kind = self.facts.kind
         preprocessor = nemo_model.preprocessor

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -23,6 +25,7 @@ from pipeline.decoding import (
 )
 from pipeline.io import AudioError, LoadedAudio, load_audio_batch
 from pipeline.model import AsrModel, BackgroundLoad, load_model
+from pipeline.model.memory import BatchSizing, batch_sizing, memory_budget_bytes
 from pipeline.schema import (
     AUDIO_S,
     CHUNKED_READ,
@@ -47,6 +50,14 @@ MIN_CHUNK_S = 2.0  # a long recording is cut at the first pause this far into a 
 CHUNK_READ_THREADS = 4  # chunks of long recordings read at once by an ASR actor, ahead of the encoder
 SECOND = "second"  # a decoded piece's (tokens, frames) of the other head (decoding.head_agreement), before merging
 
+log = logging.getLogger(__name__)
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is an allocation failure (CUDA's, or the CPU allocator's)."""
+    return isinstance(error, torch.OutOfMemoryError) or (
+        isinstance(error, RuntimeError) and "can't allocate memory" in str(error))
+
 
 def _hops_to_frames(energies_db: list[float] | None, frame_shift_s: float) -> np.ndarray | None:
     """Energies of 10 ms hops (dB) -> of encoder frames of `frame_shift_s` (the mean power of their hops)."""
@@ -67,10 +78,14 @@ class TranscribeBatch:
 
     A row longer than `long_audio.chunk_s` is cut into overlapping chunks (`pipeline/stages/chunks.py`) that join the
     buckets beside short rows, and its chunks' results are merged back into the row, at the recording's frames.
-    Rows already in error pass through. A bucket that fails is retried piece by piece, so one bad row becomes one
-    error row. Where the plan has the writer search, the rows carry compact CTC log-probs for `FinishAndWrite`
-    instead of tokens. Rows listing phrases of their own (`phrases`) are decoded with them, each chunk with its
-    row's (`pipeline/decoding/row_phrases.py`); a row whose phrases the tokenizer cannot write becomes an error row.
+    Batches are sized for the model and the actor's memory (`pipeline/model/memory.py::BatchSizing`): rows per
+    batch at each length, and the longest piece decoded whole; a row longer than that is cut into chunks of that
+    length even where `long_audio.chunk_s` is longer or 0, said once. Rows already in error pass through. A bucket
+    that fails is retried piece by piece, so one bad row becomes one error row; one that ran out of memory also
+    halves the budget of later batches. Where the plan has the writer search, the rows carry compact CTC log-probs
+    for `FinishAndWrite` instead of tokens. Rows listing phrases of their own (`phrases`) are decoded with them,
+    each chunk with its row's (`pipeline/decoding/row_phrases.py`); a row whose phrases the tokenizer cannot write
+    becomes an error row.
     """
 
     @staticmethod
@@ -97,6 +112,8 @@ class TranscribeBatch:
         self.word_start = np.zeros(0, bool)  # by token id: whether the piece starts a word (chunks are joined there)
         self._readers: ThreadPoolExecutor | None = None  # reads chunks of `chunked_read` rows ahead of the encoder
         self.row_phrases = StagePhrases()  # rows' own phrase lists (`phrases`), boosted where the plan says
+        self.sizing: BatchSizing | None = None  # set once the model is loaded
+        self._said: set[str] = set()  # the sizing's notices, said once per actor
         self._loading = BackgroundLoad(lambda: load(model, plan.device), model.uri)
 
     def _ensure_loaded(self) -> None:
@@ -112,21 +129,65 @@ class TranscribeBatch:
             self.decode = self.plan.build_decoder(model, self.plan.fusion_model(*self.row_phrases.parts))
         if self.plan.second_head is not None:
             self.second_decode = self.plan.second_head.build_decoder(model)
+        self.sizing = self._size_batches(model)
         self.model = model
+
+    def _size_batches(self, model: AsrModel) -> BatchSizing:
+        """The batch bounds for `model` within this actor's memory budget (measured now: after the model is loaded,
+        a GPU's free memory is what batches can have)."""
+        resources, device = self.resources, self.plan.device
+        budget = memory_budget_bytes(device, resources.asr_memory_gb, resources.asr_actors,
+                                     self.cpus(resources, device))
+        sizing = batch_sizing(getattr(model, "config", None) or {}, device, self.long_audio.attention,
+                              self.long_audio.local_context, budget, resources.batch_audio_s, resources.max_batch_size)
+        if sizing.memory is None:
+            self._say("no memory model", "loopscribe: no memory model for this model's encoder: batches are bounded "
+                                         "by --batch-audio-s and --max-batch-size only")
+        elif resources.batch_audio_s is not None:  # the user's batches, bounded by memory where it holds fewer
+            typical_s = min(self.long_audio.chunk_s or 30.0, 30.0)
+            if sizing.memory.max_rows(typical_s, budget) < min(resources.max_batch_size,
+                                                               resources.batch_audio_s // typical_s):
+                self._say("batch over budget", f"loopscribe: --batch-audio-s {resources.batch_audio_s:g} is more "
+                                               f"than {budget / (1 << 30):.1f} GiB of memory holds for this model; "
+                                               "batches are made smaller")
+        log.info("loopscribe: %s", sizing.describe())
+        return sizing
+
+    def _say(self, key: str, message: str) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            log.warning(message)
+
+    def _chunk_seconds(self) -> tuple[float, float]:
+        """(chunk, overlap) seconds long rows are cut into: `long_audio`'s, or shorter where a piece of that length
+        does not fit in memory whole (0: rows are decoded whole)."""
+        chunk_s, overlap_s = self.long_audio.chunk_s, self.long_audio.overlap_s
+        longest = self.sizing.longest_s if self.sizing is not None else math.inf
+        if math.isfinite(longest) and (not chunk_s or longest < chunk_s):
+            fitting = max(MIN_CHUNK_S * 2, math.floor(longest))
+            self._say("chunked for memory", f"loopscribe: rows longer than {fitting:.0f} s do not fit in "
+                                            f"{self.sizing.budget_bytes / (1 << 30):.1f} GiB at once with "
+                                            f"{self.long_audio.attention} attention; they are decoded in chunks of "
+                                            f"{fitting:.0f} s (--asr-memory-gb sets the budget; --attention local "
+                                            "takes less)")
+            return fitting, min(overlap_s, fitting / 4)
+        return chunk_s, overlap_s
 
     def _chunks(self, num_samples: int, samples: np.ndarray | None = None, always: bool = False,
                 energies_db: np.ndarray | None = None) -> list[Chunk] | None:
         """The chunks of a row of `num_samples` samples, cut at pauses found from its `samples` or its encoder
         frames' `energies_db`; None for a row decoded whole (one chunk if `always`)."""
         samples_per_frame = round(self.model.frame_shift_s * self.model.sample_rate)
-        chunk_frames = round(self.long_audio.chunk_s / self.model.frame_shift_s)
-        if not self.long_audio.chunk_s or num_samples <= chunk_frames * samples_per_frame:
+        chunk_s, overlap_s = self.long_audio.chunk_s, self.long_audio.overlap_s
+        if self.sizing is not None and num_samples > self.sizing.longest_s * self.model.sample_rate:
+            chunk_s, overlap_s = self._chunk_seconds()
+        chunk_frames = round(chunk_s / self.model.frame_shift_s)
+        if not chunk_s or num_samples <= chunk_frames * samples_per_frame:
             frames = -(-num_samples // samples_per_frame)
             return [Chunk(0, num_samples, 0, frames)] if always else None
         energies = frame_energies_db(samples, samples_per_frame) if samples is not None else energies_db
-        return plan_chunks(num_samples, samples_per_frame, chunk_frames,
-                           round(self.long_audio.overlap_s / self.model.frame_shift_s), energies,
-                           min_frames=round(MIN_CHUNK_S / self.model.frame_shift_s))
+        return plan_chunks(num_samples, samples_per_frame, chunk_frames, round(overlap_s / self.model.frame_shift_s),
+                           energies, min_frames=round(MIN_CHUNK_S / self.model.frame_shift_s))
 
     def __call__(self, table: pa.Table) -> pa.Table:
         rows = ok_rows(table)
@@ -164,7 +225,8 @@ class TranscribeBatch:
             samples = _samples(column, index)
             return samples if chunk is None else samples[chunk.start_sample: chunk.end_sample]
 
-        buckets = plan_batches(piece_s, self.resources.batch_audio_s, self.resources.max_batch_size) if pieces else []
+        sizing = self.sizing
+        buckets = plan_batches(piece_s, sizing.batch_audio_s, sizing.max_batch_size, sizing.max_rows) if pieces else []
         buckets = [[int(i) for i in bucket] for bucket in buckets]
         reads = self._read_ahead(table, pieces, buckets[0], chunked_read) if buckets else {}
         for number, bucket in enumerate(buckets):
@@ -196,7 +258,14 @@ class TranscribeBatch:
                 for piece, result in zip(bucket, self._run([waveforms[i] for i in bucket],
                                                            [sets.get(pieces[i][0]) for i in bucket])):
                     results[piece] = result
-            except Exception:
+            except Exception as error:
+                if _out_of_memory(error) and self.sizing is not None:  # the memory model was wrong: later batches
+                    self.sizing = self.sizing.halved()                  # get half the budget
+                    self._say("out of memory", f"loopscribe: an encoder batch of {len(bucket)} rows ran out of "
+                                               f"memory; later batches are sized for "
+                                               f"{self.sizing.budget_bytes / (1 << 30):.1f} GiB")
+                    if self.plan.device == "cuda":
+                        torch.cuda.empty_cache()
                 for piece in bucket:  # find the piece that fails; the others still get results
                     index = pieces[piece][0]
                     try:

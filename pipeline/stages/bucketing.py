@@ -7,16 +7,21 @@ of rows at a time (a large Ray batch), and the window is sorted and packed here.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import numpy as np
 
 
-def plan_batches(durations_s: np.ndarray, max_batch_duration_s: float, max_batch_size: int) -> list[np.ndarray]:
+def plan_batches(durations_s: np.ndarray, max_batch_duration_s: float, max_batch_size: int,
+                 max_rows_at: Callable[[float], int] | None = None) -> list[np.ndarray]:
     """Indices of `durations_s` grouped into batches, longest utterances first.
 
     Sorting the window longest-first lets each batch's first row fix its padded length; the batch then takes
-    as many of the following (shorter or equal) rows as fit in `max_batch_duration_s` of padded audio and
-    `max_batch_size` rows. An utterance longer than the budget gets a batch of its own. Every index appears
-    in exactly one batch.
+    as many of the following (shorter or equal) rows as fit in `max_batch_duration_s` of padded audio (inf: no
+    bound), `max_batch_size` rows and `max_rows_at(longest_s)` rows where given (what memory holds at that length,
+    `pipeline/model/memory.py::BatchSizing.max_rows`). An utterance longer than the budget gets a batch of its own.
+    Every index appears in exactly one batch.
     """
     durations_s = np.asarray(durations_s, dtype=np.float64)
     if durations_s.ndim != 1:
@@ -33,8 +38,10 @@ def plan_batches(durations_s: np.ndarray, max_batch_duration_s: float, max_batch
         longest = durations_s[order[start]]
         # (compare before dividing: a tiny duration would overflow the quotient)
         fits = max_batch_size
-        if longest * max_batch_size > max_batch_duration_s:
+        if math.isfinite(max_batch_duration_s) and longest * max_batch_size > max_batch_duration_s:
             fits = int(max_batch_duration_s // longest)
+        if max_rows_at is not None:
+            fits = min(fits, max_rows_at(float(longest)))
         size = max(1, min(max_batch_size, fits, len(order) - start))
         batches.append(order[start : start + size])
         start += size

@@ -186,3 +186,65 @@ def test_local_attention_decodes_a_recording_whole(recording, tmp_path):
     assert model.nemo_model.encoder.self_attention_model == "rel_pos_local_attn"
     assert decoded.column(schema.STATUS).to_pylist() == ["ok"]
     assert len(decoded_text(model, decoded, plan).split()) > 40
+
+
+def _spy_on_encoder(model, monkeypatch) -> list[tuple[int, float]]:
+    """(rows, padded seconds) of every batch the real encoder is given."""
+    batches, encode = [], model.encode
+
+    def recorded(waveforms, lengths):
+        batches.append((waveforms.shape[0], waveforms.shape[1] / RATE))
+        return encode(waveforms, lengths)
+
+    monkeypatch.setattr(model, "encode", recorded)
+    return batches
+
+
+def test_a_row_too_long_for_the_memory_budget_is_decoded_in_chunks_that_fit(model, recording, tmp_path, monkeypatch,
+                                                                            caplog):
+    """With chunking off (chunk_s 0), a budget that holds 10 s of this encoder at once cuts the recording into chunks
+    of 10 s, as chunk_s 10 would, and says so once."""
+    from pipeline.model.memory import encoder_memory
+
+    path, samples, _ = recording
+    table = rows(tmp_path, [{"audio_filepath": str(path), "duration": len(samples) / RATE}])
+    memory = encoder_memory(model.config, "cpu")
+    budget_gb = memory.batch_bytes(1, 10.4) / (1 << 30)  # 10 s fit, 11 do not
+    assert len(samples) / RATE > 20
+    plan = plan_decoding(read_model_facts(str(BUNDLED_MODEL)), DecodingConfig())
+    whole = LoadAudio(RATE, long_audio=LongAudioConfig(chunk_s=0))(table)  # carries the samples
+    expected = TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(),
+                               long_audio=LongAudioConfig(chunk_s=10.0, overlap_s=2.5), load=lambda *_: model)(whole)
+    batches = _spy_on_encoder(model, monkeypatch)
+    stage = TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(asr_memory_gb=budget_gb),
+                            long_audio=LongAudioConfig(chunk_s=0), load=lambda *_: model)
+    with caplog.at_level("WARNING", logger="pipeline.stages.asr"):
+        decoded = stage(whole)
+        stage(whole)
+    assert decoded.column(schema.STATUS).to_pylist() == ["ok"]
+    assert decoded.column(schema.TOKENS).to_pylist() == expected.column(schema.TOKENS).to_pylist()
+    assert len(batches) >= 6 and max(seconds for _, seconds in batches) <= 10.0 + 1e-9
+    assert all(memory.batch_bytes(rows, seconds) <= budget_gb * (1 << 30) for rows, seconds in batches)
+    said = [r.getMessage() for r in caplog.records if "do not fit" in r.getMessage()]
+    assert len(said) == 1 and "chunks of 10 s" in said[0], said
+
+
+def test_batches_hold_only_the_rows_the_memory_budget_holds(model, tmp_path, monkeypatch):
+    entries = [json.loads(line) for line in BUNDLED_MANIFEST.read_text().splitlines()[:12]]
+    entries = [dict(e, audio_filepath=str(BUNDLED_MANIFEST.parent / e["audio_filepath"])) for e in entries]
+    table = rows(tmp_path, entries)
+    plan = plan_decoding(read_model_facts(str(BUNDLED_MODEL)), DecodingConfig())
+    audio = LoadAudio(RATE, long_audio=CHUNKS)(table)
+    unbounded = TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(), long_audio=CHUNKS,
+                                load=lambda *_: model)(audio)
+    from pipeline.model.memory import encoder_memory
+
+    longest_s = max(e["duration"] for e in entries)
+    budget = encoder_memory(model.config, "cpu").batch_bytes(3, longest_s + 0.1)  # three of the longest rows
+    batches = _spy_on_encoder(model, monkeypatch)
+    bounded = TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan,
+                              ResourcesConfig(asr_memory_gb=budget / (1 << 30)), long_audio=CHUNKS,
+                              load=lambda *_: model)(audio)
+    assert max(rows for rows, _ in batches) == 3 and len(batches) >= 4
+    assert bounded.column(schema.STATUS).to_pylist() == ["ok"] * 12
+    assert bounded.column(schema.TOKENS).to_pylist() == unbounded.column(schema.TOKENS).to_pylist()
