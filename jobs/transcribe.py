@@ -24,6 +24,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -35,6 +36,9 @@ from pipeline.io.redact import redact, secrets_in  # noqa: E402
 from pipeline.preflight import PreflightError, check_transcription  # noqa: E402
 from pipeline.reports import findings  # noqa: E402
 from pipeline.settings import add_flags, overrides_from_args  # noqa: E402
+
+if TYPE_CHECKING:
+    from pipeline.exports import ExportConfig
 
 Hide = Callable[[str], str]  # a text with the job's credentials taken out
 
@@ -96,6 +100,7 @@ def stopped(interrupted: Interrupted, config: TranscribeJobConfig, command: str,
 
 
 def transcribe(config: TranscribeJobConfig, hide: Hide) -> int:
+    exports = export_config(config)
     try:
         check_transcription(config)
     except PreflightError as error:
@@ -133,6 +138,37 @@ def transcribe(config: TranscribeJobConfig, hide: Hide) -> int:
     if summary.get("rows_beyond_limit"):
         print(f"loopscribe: --limit {config.limit}: the manifests hold more rows; the same command with a larger "
               "--limit, or without it, transcribes them", flush=True)
+    return export_after(config, exports, hide) if exports is not None else 0
+
+
+def export_config(config: TranscribeJobConfig) -> ExportConfig | None:
+    """--export: the export's settings, checked before the job starts (None: no export)."""
+    if not config.export:
+        return None
+    from pipeline.exports import ExportConfig
+
+    try:
+        return ExportConfig(formats=config.export, to=config.export_to)
+    except (TypeError, ValueError) as error:
+        raise SystemExit(f"invalid configuration: export: {error}") from None
+
+
+def export_after(config: TranscribeJobConfig, exports: ExportConfig, hide: Hide) -> int:
+    """--export once the job has ended (`pipeline/exports/`); an export that fails leaves the transcripts
+    committed and says how to export them again."""
+    from pipeline.exports import export_lines, export_output, export_warnings
+
+    try:
+        report = export_output(config.output, exports)
+    except Exception as error:  # the transcription is done: one line, not a traceback
+        print(hide(f"loopscribe: the transcripts are committed, but the export failed: {error}; "
+                   f"`python jobs/export.py {config.output} --format {' '.join(exports.formats)}"
+                   f"{f' --to {exports.to}' if exports.to else ''}` tries again"), file=sys.stderr, flush=True)
+        return 1
+    for line in export_lines(report):
+        print(hide(f"loopscribe: {line}"), flush=True)
+    for line in export_warnings(report):
+        print(hide(f"loopscribe: warning: {line}"), file=sys.stderr, flush=True)
     return 0
 
 

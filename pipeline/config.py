@@ -174,9 +174,18 @@ class TranscribeJobConfig:
     dry_run: bool = setting(
         False, "check without transcribing: plan the decoding, read every manifest line, read the start of a sample "
                "of the audio, print the totals; no Ray, nothing written", group="input and output")
+    # not part of the output's identity: what is made from the rows once the job ends (pipeline/exports/, checked by
+    # its ExportConfig); the choices are pipeline/exports/formats.py's FORMATS (tests/jobs/test_export.py compares)
+    export: tuple[str, ...] = setting(
+        (), "when the job ends, export the transcripts as these formats (jobs/export.py; docs/exports.md)",
+        choices=("srt", "vtt", "txt", "nemo", "ctm"), checked=False, group="input and output")
+    export_to: str | None = setting(None, "folder or URI for --export, a folder per format", metavar="URI",
+                                    default_help="OUTPUT/_exports", group="input and output")
 
     def __post_init__(self) -> None:
         check_settings(self)
+        if isinstance(self.export, (str, list)):  # a YAML or JSON list, or one format
+            object.__setattr__(self, "export", (self.export,) if isinstance(self.export, str) else tuple(self.export))
         if isinstance(self.manifests, (str, list)):
             object.__setattr__(self, "manifests", (self.manifests,) if isinstance(self.manifests, str)
                                else tuple(self.manifests))
