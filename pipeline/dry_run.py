@@ -19,12 +19,9 @@ What it checks, each as the run itself would:
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import random
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline import schema
@@ -39,67 +36,13 @@ from pipeline.graph import (
     output_identity,
     plan_job_decoding,
 )
-from pipeline.io import IdSet, claim, load_audio, read_manifest, sink
+from pipeline.io import claim, load_audio, sink
 from pipeline.io.redact import redact, redact_values
 from pipeline.io.uris import AudioRoots
 from pipeline.model import read_model_facts
+from pipeline.totals import AUDIO_SAMPLE, ManifestScan, scan_manifest
 
-AUDIO_SAMPLE = 16  # rows whose audio is read
 CHECK_S = 1.0  # seconds of each sampled row read, from its offset
-LOOKUP_ROWS = 1024  # manifest rows looked up among the committed ids at once
-
-
-@dataclass
-class ManifestScan:
-    """One manifest's rows as the run would see them."""
-
-    uri: str
-    rows: int = 0
-    rows_error: int = 0
-    rows_committed: int = 0  # committed already: the run skips them
-    rows_outside_roots: int = 0
-    rows_to_transcribe: int = 0
-    audio_s: float = 0.0  # the manifest's durations of its usable rows
-    audio_s_to_transcribe: float = 0.0
-    error_examples: list[str] = field(default_factory=list)
-    sample: list[dict[str, Any]] = field(default_factory=list)  # rows to transcribe, a uniform sample of them
-
-
-def scan_manifest(uri: str, max_rows: int | None, committed: IdSet, roots: AudioRoots) -> ManifestScan:
-    """Every row of one manifest (its first `max_rows`), counted; a reservoir sample of the rows to transcribe."""
-    scan = ManifestScan(uri)
-    chooser = random.Random(hashlib.sha1(uri.encode("utf-8", "surrogatepass")).digest())  # the same sample each time
-    rows = itertools.islice(read_manifest(uri), max_rows)
-    while entries := list(itertools.islice(rows, LOOKUP_ROWS)):
-        done = committed.contains([entry[schema.UTTERANCE_ID] for entry in entries])
-        for entry, is_committed in zip(entries, done):
-            scan.rows += 1
-            ok = entry[schema.STATUS] == schema.STATUS_OK
-            if ok:
-                scan.audio_s += entry[schema.DURATION] or 0.0
-            if is_committed:
-                scan.rows_committed += 1
-                continue
-            if not ok:
-                scan.rows_error += 1
-                if len(scan.error_examples) < SHOWN_EXAMPLES:
-                    scan.error_examples.append(entry[schema.ERROR])
-                continue
-            outside = roots.problem(entry[schema.AUDIO_FILEPATH])
-            if outside is not None:
-                scan.rows_outside_roots += 1
-                if len(scan.error_examples) < SHOWN_EXAMPLES:
-                    scan.error_examples.append(f"{uri}, line {entry[schema.LINE]}: {outside}")
-                continue
-            scan.rows_to_transcribe += 1
-            scan.audio_s_to_transcribe += entry[schema.DURATION] or 0.0
-            if len(scan.sample) < AUDIO_SAMPLE:
-                scan.sample.append(entry)
-            else:
-                at = chooser.randrange(scan.rows_to_transcribe)
-                if at < AUDIO_SAMPLE:
-                    scan.sample[at] = entry
-    return scan
 
 
 def audio_sample(scans: list[ManifestScan]) -> list[dict[str, Any]]:

@@ -14,11 +14,15 @@ by `ReadManifests` actors, so a corpus of many large manifests streams instead o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
+import os
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -33,8 +37,10 @@ from pipeline.io import cached_sha256, claim, expand_manifest_uris, models_dir, 
 from pipeline.io.redact import redact, redact_values
 from pipeline.io.uris import AudioRoots
 from pipeline.model import ModelFacts, ModelLoadError, fetch_model, read_model_facts
-from pipeline.preflight import plan_job
+from pipeline.preflight import PreflightError, asr_device, plan_job
+from pipeline.progress import Progress
 from pipeline.stages import FinishAndWrite, LoadAudio, ReadManifests, TranscribeBatch, summarize
+from pipeline.totals import count_rows
 
 log = logging.getLogger(__name__)
 
@@ -160,12 +166,61 @@ def _not_issue_detection(record: logging.LogRecord) -> bool:
     return "issue_detect" not in record.pathname
 
 
+# what Ray's C++ core worker in the driver writes on stderr at error level that is no user's to act on: one line per
+# Ray Data actor pool, about Ray Data's own map workers (ray-project/ray#57733)
+RAY_CORE_NOTICES = (b"has constructor arguments in the object store and max_restarts > 0",)
+
+
+@contextlib.contextmanager
+def without_ray_core_notices(notices: tuple[bytes, ...] = RAY_CORE_NOTICES) -> Iterator[None]:
+    """While the job runs, this process's stderr (file descriptor 2, which Ray's C++ logging writes to) passes
+    through a thread that drops the lines holding one of `notices` and forwards every other line at once. The
+    notices still reach Ray's log folder (`python-core-driver-*.log`). Stderr is restored on the way out, whatever
+    ends the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def forward() -> None:
+        with contextlib.suppress(OSError, ValueError), os.fdopen(read_end, "rb", buffering=0) as source:
+            for line in iter(source.readline, b""):
+                if not any(notice in line for notice in notices):
+                    os.write(saved, line)
+
+    pump = threading.Thread(target=forward, name="stderr-filter", daemon=True)
+    pump.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # the pipe's last writer closed: the pump reads to its end and stops
+        pump.join(timeout=5.0)
+        if not pump.is_alive():
+            os.close(saved)
+
+
 def resolve_device(config: TranscribeJobConfig) -> str:
+    """The ASR actors' device on the connected cluster (`pipeline/preflight.py::asr_device`): GPUs asked of a
+    cluster that has none and can get none are refused here, as a `JobError`, before any actor starts."""
     import ray
 
-    if config.resources.device != "auto":
-        return config.resources.device
-    return "cuda" if ray.cluster_resources().get("GPU", 0) > 0 else "cpu"
+    try:
+        return asr_device(config.resources.device, ray.cluster_resources().get("GPU", 0), autoscaler_gpus())
+    except PreflightError as error:
+        raise JobError(str(error)) from None
+
+
+def autoscaler_gpus() -> float:
+    """GPUs the cluster's autoscaler may add (its node types' GPUs times their most nodes; Ray Data reads the same
+    figure), 0 where there is no autoscaler (a local Ray, a fixed cluster) or Ray cannot say."""
+    try:
+        from ray._private.state import state
+
+        return float((state.get_max_resources_from_cluster_config() or {}).get("GPU", 0))
+    except Exception:  # noqa: BLE001  (a private API: whatever it raises means "cannot say")
+        return 0.0
 
 
 def read_rows(config: TranscribeJobConfig, manifest_uris: list[str], spare_cpus: float,
@@ -320,11 +375,6 @@ def duration_examples(rows: pa.Table, kind: str) -> list[tuple[tuple[str, int], 
     return examples
 
 
-def print_progress(done: dict[str, Any]) -> None:
-    print(f"loopscribe: committed {done['rows']} rows ({done['rows_error']} errors) in {done['parts']} parts, "
-          f"{done['audio_hours'] * 3600:.1f} s of audio, {done['wall_s']:.0f} s", flush=True)
-
-
 @dataclasses.dataclass(frozen=True)
 class FirstRows:
     """What a run with `--limit` reads: its manifests, and how many rows of each."""
@@ -374,19 +424,25 @@ def expand_manifests(config: TranscribeJobConfig, warn: Callable[[str], None] = 
     return uris
 
 
-def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str, Any]], None] = print_progress,
+def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str, Any]], None] | None = None,
                       manifest_uris: list[str] | None = None) -> dict[str, Any]:
     """Run one job on the connected Ray cluster; returns the summary also written as `_summary.json`.
 
-    `progress` is called with the running totals of this run (`summarize`) after each committed part.
+    `progress` is called with the running totals of this run (`summarize`) after each committed part; by default a
+    `pipeline.progress.Progress` on stdout, whose total is counted from the manifests while the job starts.
     """
     started = time.time()
     check_output(config)
+    device = resolve_device(config)  # GPUs the cluster cannot give are refused before the model is fetched
     manifest_uris = manifest_uris if manifest_uris is not None else expand_manifests(config)
     first = first_rows(manifest_uris, config.limit)
+    progress = Progress() if progress is None else progress
+    if isinstance(progress, Progress):
+        progress.count_in_background(lambda: count_rows(
+            first.manifest_uris, first.row_limits, sink.committed_ids(config.output, ok_only=config.retry_errors),
+            AudioRoots(config.input.allowed_roots)))
     model = model_identity(config)
     model_id = model.model_id
-    device = resolve_device(config)
     facts = read_model_facts(model.path)
     plan = plan_job_decoding(facts, config, device)
     claim_output(config, model.sha256)
@@ -399,16 +455,20 @@ def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str,
     parts: list[dict[str, Any]] = []
     dataset = build_transcription(config, plan, first.manifest_uris, facts.sample_rate, model_id, first.row_limits)
     try:
-        for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
-            for part in batch.to_pylist():
-                parts.append(part)
-                progress(summarize(parts, started))
+        with without_ray_core_notices():
+            for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
+                for part in batch.to_pylist():
+                    parts.append(part)
+                    progress(summarize(parts, started))
     except Exception as error:  # Ray wraps what an actor raised; a model or an output it cannot use is the user's
         cause = stage_error(error)
         if cause is None:
             raise
         raise JobError(redact(f"{cause} (rows committed before it stay committed; once it is fixed, the same "
                               "command finishes the rest)")) from None
+    finally:
+        if isinstance(progress, Progress):
+            progress.close()
     deduplicated = sink.deduplicate(config.output)
     summary = summarize(parts, started)
     summary = {**output_totals(config.output, config.input.duration_tolerance_s), "this_run": summary,
@@ -419,4 +479,6 @@ def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str,
                "limit": config.limit, "rows_beyond_limit": first.rows_beyond}
     summary = redact_values(summary)
     sink.mark_success(config.output, summary)
-    return summary
+    from pipeline.reports.run import write_run_report
+
+    return write_run_report(config, summary, parts, started)

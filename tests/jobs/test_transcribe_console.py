@@ -4,6 +4,7 @@ committed part, the summary), not Ray's. The real command in a subprocess, start
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,12 +27,17 @@ def test_a_local_run_prints_loopscribes_lines_and_not_rays(tmp_path):
                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
     console = result.stdout + result.stderr
     assert result.returncode == 0, console[-3000:]
-    assert "loopscribe: committed 4 rows" in result.stdout and "4 transcripts ok" in result.stdout, console[-3000:]
-    # Ray's INFO lines (its start, Ray Data's per-operator progress), its token-authentication notice and Ray Data's
-    # warning about a small input are what used to fill the console
+    # the progress line: the total (counted while the job started), the percentage, the rate, the time left
+    assert re.search(r"^loopscribe: \d\d:\d\d:\d\d committed 4 of 4 rows \(100\.0%\), [\d.]+ of [\d.]+ s of audio, "
+                     r"0 error rows, [\d.]+x real time, [\d.]+ rows/s, done$", result.stdout, re.MULTILINE), console
+    assert "4 transcripts ok" in result.stdout, console[-3000:]
+    # Ray's INFO lines (its start, Ray Data's per-operator progress), its token-authentication notice, Ray Data's
+    # warning about a small input and the core worker's error-level line about Ray Data's actors' constructor
+    # arguments (ray-project/ray#57733) are what used to fill the console
     for noise in (" INFO ", "Started a local Ray instance", "Token authentication is enabled", "UserWarning",
-                  "Tasks: ", "Running Dataset"):
+                  "Tasks: ", "Running Dataset", "core_worker", "constructor arguments"):
         assert noise not in console, f"{noise!r} on the console:\n{console[-3000:]}"
+    assert all(line.startswith("loopscribe:") for line in result.stderr.splitlines()), result.stderr[-3000:]
 
 
 def test_ray_data_issue_detector_warnings_stay_off_the_console():

@@ -80,7 +80,7 @@ def test_a_signal_stops_the_job_with_one_line_and_the_same_command_finishes_it(t
     try:
         progress = 0
         for line in job.stdout:  # bounded: the job ends, or the test's timeout ends it
-            progress += line.startswith("loopscribe: committed ")
+            progress += re.match(r"loopscribe: \d\d:\d\d:\d\d committed ", line) is not None
             if progress == 2:
                 break
         assert progress == 2, job.stderr.read()[-3000:]
