@@ -11,10 +11,9 @@ seconds:
   `n_heads x T x (2 w + 1)` instead, linear.
 So `peak(B, S) = fixed + B x max(subsampling x S, layer x S + attention x S^2)` bytes beyond the weights
 (`EncoderMemory`). The coefficients are the architecture's counts of floats times factors measured on the CPU
-(peak RSS) on the demo model and the production shapes (`benchmarks/encoder_memory.py`; docs/production_models.md,
-"Memory"); published measurements of parakeet-tdt-0.6b on a 24 GB GPU (5.2 GB at 30 s, 19 GB at 10 minutes, out
-of memory at 11 minutes) give the same attention factor and a larger fixed part, which a GPU run should measure
-again.
+(peak RSS) on the demo model and the production shapes (`benchmarks/encoder_memory.py`; docs/memory.md);
+published measurements of parakeet-tdt-0.6b on a 24 GB GPU (5.2 GB at 30 s, 19 GB at 10 minutes, out of memory
+at 11 minutes) give the same attention factor and a larger fixed part, which a GPU run should measure again.
 
 An ASR actor's budget (`memory_budget_bytes`) is `resources.asr_memory_gb` where set, else 90% of the GPU's free
 memory once the model is loaded, or on a CPU a share of the node's available memory divided among the ASR actors
