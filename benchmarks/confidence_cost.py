@@ -15,13 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
+from pathlib import Path
 
 import torch
 
-from benchmarks._timing import interleaved_ms, machine
-from decoders.confidence import ConfidenceConfig
-from decoders.ctc import CtcGreedy
-from decoders.transducer import GreedyConfig, LabelLoopingGreedy, TinyTransducer, calibrate_blank_bias
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script or with -m
+from benchmarks._timing import interleaved_ms, machine  # noqa: E402
+from decoders.confidence import ConfidenceConfig  # noqa: E402
+from decoders.ctc import CtcGreedy  # noqa: E402
+from decoders.transducer import GreedyConfig, LabelLoopingGreedy, TinyTransducer, calibrate_blank_bias  # noqa: E402
 
 
 def _transducer_runs(model, configs, encoder_output, lengths) -> dict:

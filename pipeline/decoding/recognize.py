@@ -170,10 +170,13 @@ def recognize(
 
 def head_agreement(text: str, other: str) -> float:
     """How far a hybrid model's other head agrees with the chosen head's `text`: 1 - the word error rate of `other`
-    against `text` (jiwer), floored at 0; 1 where both are empty, 0 where only one is."""
+    against `text` (jiwer), both in their plain form (`pipeline/lm/text.py::plain_text`: a comma or a capital one
+    head writes and the other not is no disagreement), floored at 0; 1 where both are empty, 0 where only one is."""
     import jiwer
 
-    words, other_words = text.split(), other.split()
+    from pipeline.lm.text import plain_text
+
+    words, other_words = plain_text(text).split(), plain_text(other).split()
     if not words or not other_words:
         return float(not words and not other_words)
     return max(0.0, 1.0 - jiwer.wer(" ".join(words), " ".join(other_words)))

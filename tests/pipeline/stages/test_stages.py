@@ -116,11 +116,12 @@ def test_bad_rows_become_error_rows_naming_manifest_line_and_cause(rows, model_c
     assert all(r[schema.FILE_DURATION] == pytest.approx(r[schema.AUDIO_DURATION]) and 0 < r[schema.FILE_DURATION] < 9
                for r in ok)
     assert all(by_line[line][schema.FILE_DURATION] is None for line in expected_errors)
-    assert summary.to_pylist()[0] | {schema.FINISH_S: 0, schema.COMMITTED_AT: 0} == {
+    busy = {name: 0 for name in schema.BUSY_S_BY_STAGE.values()}  # test_busy_seconds.py checks them
+    assert summary.to_pylist()[0] | busy | {schema.COMMITTED_AT: 0} == {
         schema.PART: sink.list_parts(str(tmp_path / "out"))[0].rsplit("/", 1)[-1], schema.ROWS: 15,
         schema.ROWS_OK: 8, schema.ROWS_ERROR: 7, schema.AUDIO_S: pytest.approx(
             sum(len(w) for w in audio.column(schema.SAMPLES).to_pylist()) / 16000),
-        schema.PADDED_S: summary.column(schema.PADDED_S)[0].as_py(), schema.FINISH_S: 0, schema.COMMITTED_AT: 0}
+        schema.PADDED_S: summary.column(schema.PADDED_S)[0].as_py(), **busy, schema.COMMITTED_AT: 0}
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "ctc_greedy", "alsd"])
@@ -292,6 +293,8 @@ def test_head_agreement_is_one_minus_the_word_error_rate_floored_at_zero():
     assert head_agreement("call rachel", "call rachel green now") == 0.0  # two insertions in two words
     assert head_agreement("a b c d", "a b c") == 0.75
     assert head_agreement("", "") == 1.0 and head_agreement("", "x") == 0.0 and head_agreement("x", "") == 0.0
+    # a cased, punctuated head against a plain one: case, punctuation and digits are no disagreement
+    assert head_agreement("Call Rachel at 5, please.", "call rachel at five please") == 1.0
 
 
 def test_ctc_beam_confidence_measures_each_tokens_emission_frame(rows, model_config, nemo_assets, tmp_path):
