@@ -75,8 +75,19 @@ SECOND_TOKENS = "second_tokens"  # decoding.head_agreement: the other head's tok
 # the summary row the writer stage returns per committed part
 PART = "part"
 ROWS, ROWS_OK, ROWS_ERROR = "rows", "rows_ok", "rows_error"
-FINISH_S = "finish_s"  # seconds the writer spent on the part
+FINISH_S = "finish_s"  # seconds the writer spent on the part (waiting for its model's layout left out)
 COMMITTED_AT = "committed_at"  # Unix time the part was committed
+
+# Busy seconds: the wall time a stage's worker spent on a call (waiting for its model to load left out), shared
+# equally among the call's rows. Rows carry them from stage to stage, and the writer sums them into its part's
+# summary row: never into the output. The ASR stage's are split: the encoder (padding, features, encoder) and
+# decoding (the search and everything else the ASR actor does with the call); the writer's is FINISH_S.
+READ_BUSY_S = "read_busy_s"
+AUDIO_BUSY_S = "audio_busy_s"
+ENCODER_BUSY_S = "encoder_busy_s"
+DECODING_BUSY_S = "decoding_busy_s"
+BUSY_S_BY_STAGE = {"reading": READ_BUSY_S, "audio": AUDIO_BUSY_S, "encoder": ENCODER_BUSY_S,
+                   "decoding": DECODING_BUSY_S, "writing": FINISH_S}
 
 INPUT_COLUMNS = (UTTERANCE_ID, MANIFEST, LINE, SOURCE_ID, AUDIO_FILEPATH, OFFSET, DURATION, CHANNEL, REFERENCE_TEXT,
                  EXTRA, PHRASES, STATUS, ERROR)

@@ -37,7 +37,7 @@ ALWAYS_GIVEN = ("manifests", "output", "model.uri")  # named in the command even
 NEVER_GIVEN = ("dry_run",)
 _WHERE = re.compile(r"^.*?, line \d+: ")  # "<manifest>, line <n>: " before every error row's cause
 _DETAIL = re.compile(r"\s*\(.*$")  # a cause's details in brackets: (byte 0xff at column 17), (OSError: ...)
-_NUMBER = re.compile(r"(?<![\w-])\d+(\.\d+)?(?![\w-])")  # a number of its own: not UTF-8's, not in a name
+_NUMBER = re.compile(r"(?<![\w-])-?\d+(\.\d+)?(?![\w-])")  # a number of its own (signed): not UTF-8's, not in a name
 
 
 class InspectError(ValueError):

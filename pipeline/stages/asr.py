@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -31,6 +32,8 @@ from pipeline.schema import (
     CHUNKED_READ,
     CTC_FRAMES,
     CTC_LOG_PROBS,
+    DECODING_BUSY_S,
+    ENCODER_BUSY_S,
     ENERGIES,
     PADDED_S,
     SAMPLES,
@@ -43,7 +46,7 @@ from pipeline.schema import (
 )
 from pipeline.stages.bucketing import padded_seconds, plan_batches
 from pipeline.stages.chunks import Chunk, ChunkTokens, frame_energies_db, merge_compact_ctc, merge_tokens, plan_chunks
-from pipeline.stages.rows import ENERGY_FRAMES_PER_S, mark_failed, ok_rows, set_column
+from pipeline.stages.rows import ENERGY_FRAMES_PER_S, mark_failed, ok_rows, set_column, share_busy_s
 
 ModelLoader = Callable[[ModelConfig, str], AsrModel]
 MIN_CHUNK_S = 2.0  # a long recording is cut at the first pause this far into a chunk (pipeline/stages/chunks.py)
@@ -114,6 +117,7 @@ class TranscribeBatch:
         self.row_phrases = StagePhrases()  # rows' own phrase lists (`phrases`), boosted where the plan says
         self.sizing: BatchSizing | None = None  # set once the model is loaded
         self._said: set[str] = set()  # the sizing's notices, said once per actor
+        self.encoder_busy_s = 0.0  # seconds of the current call in padding, features and the encoder (`_run`)
         self._loading = BackgroundLoad(lambda: load(model, plan.device), model.uri)
 
     def _ensure_loaded(self) -> None:
@@ -201,6 +205,7 @@ class TranscribeBatch:
         pieces: list[tuple[int, Chunk | None]] = []  # (row, chunk) decoded as one waveform; None: the whole row
         if rows:
             self._ensure_loaded()
+        started, self.encoder_busy_s = time.perf_counter(), 0.0  # busy seconds: the model's loading left out
         sets: dict[int, PhraseSet] = {}  # rows listing phrases of their own, boosted in the ASR stage's decoders
         if not self.plan.writer_searches:
             sets, unusable = self.row_phrases.sets(table, rows, self.plan, self.model)
@@ -293,7 +298,8 @@ class TranscribeBatch:
                            (SECOND_TOKENS, pa.list_(pa.int64()))):
             table = set_column(table, name, pa.array([merged.get(i, empty).get(name) for i in range(table.num_rows)],
                                                type=kind))
-        return table
+        table = share_busy_s(table, ENCODER_BUSY_S, self.encoder_busy_s)
+        return share_busy_s(table, DECODING_BUSY_S, time.perf_counter() - started - self.encoder_busy_s)
 
     def _read_ahead(self, table: pa.Table, pieces: list[tuple[int, Chunk | None]], bucket: list[int],
                     chunked_read: list[bool]) -> dict[int, tuple[Future, int]]:
@@ -372,8 +378,12 @@ class TranscribeBatch:
     @torch.no_grad()
     def _run(self, waveforms: list[np.ndarray], sets: list[PhraseSet | None]) -> list[dict[str, Any]]:
         """Waveforms, each with its row's phrase set (None: none; a chunk has its row's) -> their results."""
+        encoding = time.perf_counter()
         audio, lengths = pad_waveforms(waveforms)
         encoder_output, encoder_lengths = self.model.encode(audio, lengths)
+        if encoder_output.is_cuda:  # the encoder's kernels finished, so that its time is not counted as decoding's
+            torch.cuda.synchronize(encoder_output.device)
+        self.encoder_busy_s += time.perf_counter() - encoding
         seconds = [{}] * len(waveforms)
         if self.second_decode is not None:  # the other head, greedy, on the same encoder output
             seconds = [{SECOND: (h.tokens, h.frame_indices)}

@@ -3,15 +3,17 @@ the model's sample rate. It imports neither torch nor NeMo."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pyarrow as pa
 
 from pipeline import schema
 from pipeline.config import InputConfig, LongAudioConfig
 from pipeline.io import AudioError, load_audio_batch
-from pipeline.schema import AUDIO_S, CHUNKED_READ, ENERGIES, SAMPLES
+from pipeline.schema import AUDIO_BUSY_S, AUDIO_S, CHUNKED_READ, ENERGIES, READ_BUSY_S, SAMPLES
 from pipeline.stages.chunks import frame_energies_db
-from pipeline.stages.rows import ENERGY_FRAMES_PER_S, lower_priority, mark_failed, ok_rows, set_column
+from pipeline.stages.rows import ENERGY_FRAMES_PER_S, lower_priority, mark_failed, ok_rows, set_column, share_busy_s
 
 
 class LoadAudio:
@@ -37,7 +39,12 @@ class LoadAudio:
         self.long_audio = long_audio or LongAudioConfig()
 
     def __call__(self, table: pa.Table) -> pa.Table:
+        started = time.perf_counter()
+        read_busy_s = table.column(READ_BUSY_S) if READ_BUSY_S in table.column_names else None
+        table = table.select(list(schema.INPUT_COLUMNS))
         table = table.cast(schema.INPUT_SCHEMA) if table.schema != schema.INPUT_SCHEMA else table
+        if read_busy_s is not None:
+            table = table.append_column(READ_BUSY_S, read_busy_s)
         samples: list[np.ndarray] = [np.zeros(0, np.float32)] * table.num_rows
         measured: list[float | None] = [None] * table.num_rows
         file_durations: list[float | None] = [None] * table.num_rows
@@ -71,4 +78,5 @@ class LoadAudio:
         table = set_column(table, CHUNKED_READ, pa.array(chunked, pa.bool_()))
         table = set_column(table, ENERGIES, pa.array([e if chunked[i] else None for i, e in enumerate(energies)],
                                                type=pa.list_(pa.float32())))
-        return set_column(table, SAMPLES, pa.array(samples, type=pa.large_list(pa.float32())))
+        table = set_column(table, SAMPLES, pa.array(samples, type=pa.large_list(pa.float32())))
+        return share_busy_s(table, AUDIO_BUSY_S, time.perf_counter() - started)

@@ -4,6 +4,7 @@ committed. It imports neither torch nor NeMo."""
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ import pyarrow as pa
 from pipeline import schema
 from pipeline.io import IdSet, read_manifest
 from pipeline.io.uris import AudioRoots
+from pipeline.stages.rows import share_busy_s
 
 
 class ReadManifests:
@@ -22,7 +24,8 @@ class ReadManifests:
     yields into large blocks; `graph.read_rows` splits them again.
 
     `row_limits` (manifest URI -> rows, `--limit`) reads only a manifest's first rows, committed ones counted; a
-    row whose audio lies outside `allowed_roots` (`--allowed-roots`) leaves as an error row naming the rule.
+    row whose audio lies outside `allowed_roots` (`--allowed-roots`) leaves as an error row naming the rule. Each
+    table carries the seconds spent reading it (`schema.READ_BUSY_S`, the time between two yields).
     """
 
     LOOKUP_ROWS = 1024  # manifest lines whose ids are looked up among the committed ones at once
@@ -41,6 +44,7 @@ class ReadManifests:
         self.allowed_roots = allowed_roots or AudioRoots()
 
     def __call__(self, batch: pa.Table) -> Iterator[pa.Table]:
+        started = time.perf_counter()  # again after each yield: the time downstream stages take is not this one's
         for uri in batch.column(schema.MANIFEST).to_pylist():
             rows: list[dict[str, Any]] = []
             lines = itertools.islice(read_manifest(uri), self.row_limits.get(uri))
@@ -56,7 +60,13 @@ class ReadManifests:
                             entry[schema.ERROR] = f"{uri}, line {entry[schema.LINE]}: {outside}"
                     rows.append(entry)
                     if len(rows) == self.chunk_rows:
-                        yield pa.Table.from_pylist(rows, schema=schema.INPUT_SCHEMA)
-                        rows = []
+                        yield self._table(rows, started)
+                        rows, started = [], time.perf_counter()
             if rows:
-                yield pa.Table.from_pylist(rows, schema=schema.INPUT_SCHEMA)
+                yield self._table(rows, started)
+                started = time.perf_counter()
+
+    @staticmethod
+    def _table(rows: list[dict[str, Any]], started: float) -> pa.Table:
+        table = pa.Table.from_pylist(rows, schema=schema.INPUT_SCHEMA)
+        return share_busy_s(table, schema.READ_BUSY_S, time.perf_counter() - started)

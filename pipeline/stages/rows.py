@@ -1,6 +1,7 @@
 """What the stages share (`pipeline/stages/__init__.py` describes them): marking rows failed, setting columns, the
 rows still ok, `lower_priority`, which the audio and writer actors call so that the ASR actor gets the CPU first
-where they share a node's busy cores, and the run's summary from the parts' summary rows (`summarize`)."""
+where they share a node's busy cores, each stage's busy seconds shared among its rows (`share_busy_s`), and the run's
+summary from the parts' summary rows (`summarize`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import os
 import time
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline import schema
-from pipeline.schema import AUDIO_S, COMMITTED_AT, PADDED_S, PART, ROWS, ROWS_ERROR, ROWS_OK
+from pipeline.schema import AUDIO_S, BUSY_S_BY_STAGE, COMMITTED_AT, PADDED_S, PART, ROWS, ROWS_ERROR, ROWS_OK
 
 ENERGY_FRAMES_PER_S = 100  # LoadAudio measures the energy of long recordings per 10 ms
 
@@ -34,6 +37,22 @@ def set_column(table: pa.Table, name: str, values: pa.Array | list) -> pa.Table:
     values = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values)
     index = table.schema.get_field_index(name)
     return table.set_column(index, name, values) if index >= 0 else table.append_column(name, values)
+
+
+def share_busy_s(table: pa.Table, name: str, busy_s: float) -> pa.Table:
+    """`table` with column `name` (one of `schema.BUSY_S_BY_STAGE`) set to `busy_s`, the seconds a stage spent on
+    the call, shared equally among its rows: whatever batches later stages make of them, the rows of a part add up
+    to the time spent on them."""
+    if not table.num_rows:
+        return table
+    return set_column(table, name, pa.array(np.full(table.num_rows, busy_s / table.num_rows), pa.float64()))
+
+
+def busy_s_of(table: pa.Table, name: str) -> float:
+    """The busy seconds `share_busy_s` gave the rows of `table` in column `name`; 0 where no stage set it."""
+    if name not in table.column_names or not table.num_rows:
+        return 0.0
+    return float(pc.sum(table.column(name)).as_py() or 0.0)
 
 
 def ok_rows(table: pa.Table) -> list[int]:
@@ -73,4 +92,6 @@ def summarize(parts: list[dict[str, Any]], started_at: float) -> dict[str, Any]:
         "padding_efficiency": audio_s / padded_s if padded_s > 0 else None,
         # starting Ray's actors and loading models: on a short job most of the wall time
         "first_part_s": first_commit - started_at if first_commit is not None else None,
+        # seconds each stage's workers spent on this run's committed rows (schema.BUSY_S_BY_STAGE)
+        "busy_s": {stage: sum(p.get(name) or 0.0 for p in parts) for stage, name in BUSY_S_BY_STAGE.items()},
     }

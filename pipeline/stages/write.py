@@ -22,9 +22,11 @@ from pipeline.decoding import (
 )
 from pipeline.io import sink
 from pipeline.io.redact import redact
+from pipeline.metrics import PartMetrics
 from pipeline.model import AsrModel, BackgroundLoad, ModelLayout, load_checked_calibration, load_layout
 from pipeline.schema import (
     AUDIO_S,
+    BUSY_S_BY_STAGE,
     COMMITTED_AT,
     CTC_FRAMES,
     CTC_LOG_PROBS,
@@ -41,7 +43,7 @@ from pipeline.schema import (
     TOKEN_FRAMES,
     TOKENS,
 )
-from pipeline.stages.rows import lower_priority, mark_failed, ok_rows
+from pipeline.stages.rows import busy_s_of, lower_priority, mark_failed, ok_rows
 
 
 class FinishAndWrite:
@@ -50,7 +52,8 @@ class FinishAndWrite:
 
     Reads the model's tokenizer, frame timing and head layout from its `.nemo` file (`load_layout`): no NeMo
     import and no weights in this actor. For `ctc_beam`, rows listing phrases of their own are searched with them
-    (`pipeline/decoding/row_phrases.py`).
+    (`pipeline/decoding/row_phrases.py`). The summary row adds up the seconds each stage spent on the part's rows
+    (`schema.BUSY_S_BY_STAGE`), and each committed part is counted in the job's Ray metrics (`pipeline/metrics.py`).
     """
 
     @staticmethod
@@ -70,6 +73,7 @@ class FinishAndWrite:
         self.search = None
         self.calibration: Calibration | None = None
         self.row_phrases = StagePhrases()  # for ctc_beam: rows' own phrase lists, boosted in this stage's search
+        self.metrics = PartMetrics(output)
         self._loading = BackgroundLoad(lambda: load(model, "cpu"), model.uri)
 
     def _ensure_loaded(self) -> None:
@@ -87,7 +91,9 @@ class FinishAndWrite:
         failed: dict[int, str] = {}
         hypotheses: dict[int, tuple] = {}
         if rows:
+            loading = time.perf_counter()
             self._ensure_loaded()
+            started += time.perf_counter() - loading  # waiting for the model's layout is not the part's time
         if self.search is not None and rows:
             sets, unusable = self.row_phrases.sets(table, rows, self.plan, self.model)
             failed.update(unusable)
@@ -148,16 +154,19 @@ class FinishAndWrite:
         statuses = table.column(schema.STATUS).to_pylist()
         ok = sum(s == schema.STATUS_OK for s in statuses)
         audio_s = table.column(AUDIO_S).to_numpy(zero_copy_only=False)
-        return pa.table({
+        summary = pa.table({
             PART: [part],
             ROWS: [table.num_rows],
             ROWS_OK: [ok],
             ROWS_ERROR: [table.num_rows - ok],
             AUDIO_S: [float(np.sum(audio_s))],
             PADDED_S: [float(np.sum(table.column(PADDED_S).to_numpy(zero_copy_only=False)))],
+            **{name: [busy_s_of(table, name)] for name in BUSY_S_BY_STAGE.values() if name != FINISH_S},
             FINISH_S: [time.perf_counter() - started],
             COMMITTED_AT: [time.time()],
         })
+        self.metrics.count_part(summary.to_pylist()[0])
+        return summary
 
     def _second_head(self, table: pa.Table, texts: list[str | None], failed: dict[int, str]
                      ) -> tuple[list[str | None], list[float | None]]:
