@@ -127,11 +127,14 @@ def transcribe(config: TranscribeJobConfig, hide: Hide) -> int:
     except Exception as error:  # a bug or an outage: the whole traceback, with no credential in it
         print(hide("".join(traceback.format_exception(error))), file=sys.stderr, flush=True)
         raise SystemExit(f"loopscribe: the job failed: {hide(f'{type(error).__name__}: {error}')}") from None
-    print(json.dumps(summary, indent=2, sort_keys=True))
+    report = summary.get("report") or {}  # its figures are in _report.md and _summary.json
+    print(json.dumps({key: value for key, value in summary.items() if key != "report"}, indent=2, sort_keys=True))
     for finding in findings(summary):
         print(f"loopscribe: warning: {finding}", file=sys.stderr, flush=True)
     print(hide(f"loopscribe: {summary['rows_ok']} transcripts ok, {summary['rows_error']} error rows -> "
                  f"{config.output} (Parquet; read with pandas.read_parquet({config.output!r}))"))
+    if report.get("file"):
+        print(hide(f"loopscribe: report: {report['file']}"), flush=True)
     if summary["rows_error"]:
         print("loopscribe: error rows stay as they are on a rerun; once their cause is fixed, the same command with "
               "--retry-errors transcribes them again", flush=True)

@@ -31,6 +31,8 @@ def test_a_local_run_prints_loopscribes_lines_and_not_rays(tmp_path):
     assert re.search(r"^loopscribe: \d\d:\d\d:\d\d committed 4 of 4 rows \(100\.0%\), [\d.]+ of [\d.]+ s of audio, "
                      r"0 error rows, [\d.]+x real time, [\d.]+ rows/s, done$", result.stdout, re.MULTILINE), console
     assert "4 transcripts ok" in result.stdout, console[-3000:]
+    assert f"loopscribe: report: {tmp_path / 'out' / '_report.md'}" in result.stdout, console[-3000:]
+    assert '"report"' not in result.stdout  # its figures are in _report.md and _summary.json, not on the console
     # Ray's INFO lines (its start, Ray Data's per-operator progress), its token-authentication notice, Ray Data's
     # warning about a small input and the core worker's error-level line about Ray Data's actors' constructor
     # arguments (ray-project/ray#57733) are what used to fill the console
