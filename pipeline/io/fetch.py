@@ -95,7 +95,9 @@ def fetch_file(uri: str, sha256: str | None = None, cache_dir: Path | str = DEFA
     bytes, so an object that changes is downloaded again; an object with no version (a plain http server's, with
     neither ETag nor Last-Modified) is downloaded by every call, as it could change and keep its size.
     A download streams into a temporary file beside the blob while hashing, checks `sha256` if given, and
-    renames into place; the per-object lock makes concurrent callers wait for one download.
+    renames into place; the per-object lock makes concurrent callers wait for one download. A caller killed
+    mid-download (SIGKILL, out of memory) releases the lock with its death (flock) and leaves its partial file,
+    named after the object's key: the next caller to take the lock removes it and downloads the object again.
     """
     expected = sha256.lower() if sha256 else None
     local = local_path(uri)
@@ -131,7 +133,9 @@ def fetch_file(uri: str, sha256: str | None = None, cache_dir: Path | str = DEFA
                 if expected is not None and digest != expected:
                     raise ValueError(f"sha256 of {uri} is {digest}, not the expected {expected}")
                 return blob
-        with tempfile.NamedTemporaryFile(dir=blobs, delete=False, prefix=".download-") as partial:
+        for stale in blobs.glob(f".download-{key}-*"):  # a holder killed mid-download (the lock died with it)
+            stale.unlink(missing_ok=True)
+        with tempfile.NamedTemporaryFile(dir=blobs, delete=False, prefix=f".download-{key}-") as partial:
             try:
                 digest = fetch_retrying(uri, lambda: _download(filesystem, remote_path, info.get("size"), partial))
                 partial.flush()

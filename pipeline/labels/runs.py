@@ -156,10 +156,11 @@ def label_run(config: LabelConfig, inputs: LabelInputs, started: float, say: Cal
     run transcribed with this model and decoding, judge what no finished run labelled, write the run's
     manifests, report and plot, and last `labelled.txt`, its commit."""
     from pipeline.graph import JobError, connect_ray, run_transcription
-    from pipeline.io import file_sha256, sink
+    from pipeline.io import cached_sha256, models_dir, sink
 
     filters, decoding = config.filters, inputs.decoding
-    folder = identity_folder(Folder(config.output), file_sha256(inputs.model_path), decoding)
+    model_sha256 = cached_sha256(inputs.model_path, models_dir(config.cache_dir))  # once per model version per node
+    folder = identity_folder(Folder(config.output), model_sha256, decoding)
     runs = folder.child(RUNS)
     done, reported_errors = labelled_before(runs, say)
     run_name = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))

@@ -129,7 +129,7 @@ def checked_phrases(uri: str, model_path: str, strategies: list[str], cache_dir:
     (`pipeline/preflight.py::phrase_list_problem`), for the head of each strategy: {"uri", "sha256", "phrases"};
     a bad line is a `BiasError` naming the file and line."""
     from decoders.boosting import read_phrase_list
-    from pipeline.io import fetch_file, file_sha256, phrases_dir
+    from pipeline.io import cached_sha256, fetch_file, phrases_dir
     from pipeline.model import read_model_facts
 
     try:
@@ -147,7 +147,8 @@ def checked_phrases(uri: str, model_path: str, strategies: list[str], cache_dir:
         problem = phrase_list_problem(path, model_path, plan, name=uri)
         if problem:
             raise BiasError(f"--phrases {problem}")
-    return {"uri": uri, "sha256": file_sha256(Path(path)), "phrases": len(read_phrase_list(path, uri))}
+    return {"uri": uri, "sha256": cached_sha256(path, phrases_dir(cache_dir)),
+            "phrases": len(read_phrase_list(path, uri))}
 
 
 @dataclass
@@ -155,6 +156,7 @@ class BiasInputs:
     """What `prepare_bias` read and checked before any cluster work."""
 
     model_path: str  # the model on this machine
+    model_sha256: str  # its content, hashed once per version of the file on this node (`cached_sha256`)
     strategies: list[str]
     normaliser: TextNormaliser | None  # with text
     text: NormalisedText | None
@@ -178,10 +180,13 @@ def prepare_bias(config: BiasConfig) -> BiasInputs:
     """Everything a run reads before any cluster work, checked (`BiasError`, or a `PreflightError` for the
     model): the model (fetched), the strategies it can run, the text (normalised as the model's training text
     was), the phrase list, the dev and test sets, the corpus's manifests."""
+    from pipeline.io import cached_sha256, models_dir
+
     if not config.text and not config.phrases:
         raise BiasError("nothing to bias with: pass --text (domain text, one sentence a line) or --phrases (a phrase "
                         "list, one a line), or both")
     model_path = str(fetched_model(config.model, config.cache_dir))
+    model_sha256 = cached_sha256(model_path, models_dir(config.cache_dir))
     strategies = chosen_strategies(model_path, list(config.strategies))
     text = normaliser = None
     if config.text:
@@ -205,19 +210,20 @@ def prepare_bias(config: BiasConfig) -> BiasInputs:
             expand_manifest_uris(config.manifest)
         except FileNotFoundError as error:
             raise BiasError(f"--manifest: {error}") from None
-    return BiasInputs(model_path=model_path, strategies=strategies, normaliser=normaliser, text=text,
-                      phrases=phrases, phrases_uri=phrases_uri, dev_rows=dev_rows, test_rows=test_rows,
-                      output=Folder(config.output))
+    return BiasInputs(model_path=model_path, model_sha256=model_sha256, strategies=strategies,
+                      normaliser=normaliser, text=text, phrases=phrases, phrases_uri=phrases_uri, dev_rows=dev_rows,
+                      test_rows=test_rows, output=Folder(config.output))
 
 
 # ---------------------------------------------------------------------------------------------------- LM
-def build_domain_lm(lines: list[str], model_path: str, output: Folder, orders: tuple[int, ...]) -> dict[str, Any]:
+def build_domain_lm(lines: list[str], model_path: str, model_sha256: str, output: Folder,
+                    orders: tuple[int, ...]) -> dict[str, Any]:
     """The LM of the normalised `lines` at OUTPUT/lm/domain.lm, the order chosen on held-out lines; reused when
-    lm.json says it was built from the same lines, model and orders."""
+    lm.json says it was built from the same lines, model (`model_sha256`, its file's) and orders."""
     from pipeline.lm.build import build_lm
 
     identity = {"text_sha256": hashlib.sha256("\n".join(lines).encode()).hexdigest(),
-                "tokenizer_sha256": _file_sha256(model_path), "orders": list(orders)}
+                "tokenizer_sha256": model_sha256, "orders": list(orders)}
     stored = output.read(f"{LM_DIR}/lm.json")
     if stored and json.loads(stored).get("identity") == identity:
         return {**json.loads(stored), "reused": True}
@@ -238,12 +244,6 @@ def build_domain_lm(lines: list[str], model_path: str, output: Folder, orders: t
              "build_s": report.seconds}
     output.write(f"{LM_DIR}/lm.json", json.dumps(built, indent=1))
     return {**built, "reused": False}
-
-
-def _file_sha256(path: str) -> str:
-    from pipeline.io import file_sha256
-
-    return file_sha256(Path(path))
 
 
 # ------------------------------------------------------------------------------------------------ tuning
@@ -386,7 +386,7 @@ def run_bias(config: BiasConfig, inputs: BiasInputs, started: float, say: Callab
                                                   inputs.test_rows)
     lm = lm_uri = None
     if text:
-        lm = build_domain_lm(text.lines, inputs.model_path, output, tuple(config.orders))
+        lm = build_domain_lm(text.lines, inputs.model_path, inputs.model_sha256, output, tuple(config.orders))
         say(f"LM order {lm['order']} ({'reused' if lm['reused'] else 'built'}): held-out perplexity "
             + ", ".join(f"order {o}: {p:.2f}" for o, p in lm["heldout_perplexity_by_order"].items()))
         lm_uri = output.uri_of(f"{LM_DIR}/domain.lm")
@@ -394,7 +394,7 @@ def run_bias(config: BiasConfig, inputs: BiasInputs, started: float, say: Callab
 
     connect_ray(config.ray_address)
     identity = {"lm_identity": lm["identity"] if lm else None, "lm_order": lm["order"] if lm else None,
-                "model_sha256": _file_sha256(inputs.model_path),
+                "model_sha256": inputs.model_sha256,
                 "dev": [(r["audio_filepath"], r["offset"], r["duration"], r["reference_text"]) for r in dev_rows]}
     if phrases:  # only then: trials stored before --phrases existed keep their identity, and are reused
         identity["phrases_sha256"] = phrases["sha256"]

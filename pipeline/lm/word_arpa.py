@@ -155,11 +155,11 @@ def load_word_arpa(path: str | Path, speller: WordSpeller, vocab_size: int, cach
                    order: int = TOKEN_ORDER) -> NgramLm:
     """The token-level LM of the word-level ARPA at a local `path`: memory-mapped from the cache under the root
     `cache_dir` where it was converted before, else converted now (`CONVERSION`) and cached."""
-    from pipeline.io import file_lock, file_sha256, word_lms_dir
+    from pipeline.io import cached_sha256, file_lock, lms_dir, word_lms_dir
 
     folder = word_lms_dir(cache_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    key = conversion_key(file_sha256(Path(path)), speller, order)
+    key = conversion_key(cached_sha256(path, lms_dir(cache_dir)), speller, order)  # hashed once per version
     target = folder / f"{key}.lm"
     if not target.is_file():
         with file_lock(folder / f"{key}.lock"):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pipeline.config import ModelConfig
 from pipeline.decoding import Calibration, DecodingPlan, load_calibration, measure_of
-from pipeline.io import fetch_file, file_sha256, models_dir
+from pipeline.io import cached_sha256, fetch_file, models_dir
 from pipeline.io.redact import redact
 from pipeline.model.nemo import AsrModel, load_asr_model
 from pipeline.model.nemo_file import LayoutUnavailable, ModelLayout, read_model_layout
@@ -38,10 +38,11 @@ def load_layout(model: ModelConfig, device: str = "cpu") -> AsrModel | ModelLayo
 
 
 def model_sha256(model: ModelConfig) -> str:
-    """The sha256 of the model's file: the pinned one, else hashed from the (cached) file."""
+    """The sha256 of the model's file: the pinned one, else the (cached) file's, hashed once per version of the file
+    on this node (`cached_sha256`): every actor of a job asks, and a 2.4 GB model takes seconds to hash."""
     if model.sha256:
         return model.sha256.lower()
-    return file_sha256(fetch_model(model))
+    return cached_sha256(fetch_model(model), models_dir(model.cache_dir))
 
 
 def load_checked_calibration(model: ModelConfig, plan: DecodingPlan) -> Calibration | None:
