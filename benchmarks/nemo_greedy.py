@@ -36,6 +36,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._nemo import NemoDecoding  # noqa: E402
 from benchmarks._timing import interleaved_ms, machine  # noqa: E402
 
 
@@ -82,58 +83,6 @@ def build_model(args, workdir: Path):
     return AsrModel(nemo_model), waveforms, {"model": f"random {args.kind}", "blank_biases": biases}
 
 
-class NemoGreedy:
-    """NeMo's own greedy_batch path for one head of the model, decoder only and end to end."""
-
-    def __init__(self, model, head: str) -> None:
-        from omegaconf import open_dict
-
-        self.nemo_model, self.head = model.nemo_model, head
-        is_hybrid = hasattr(self.nemo_model, "ctc_decoder")
-        config = (self.nemo_model.cfg.aux_ctc.decoding if is_hybrid and head == "ctc"
-                  else self.nemo_model.cfg.decoding)
-        with open_dict(config):
-            config.strategy = "greedy_batch"
-            config.compute_timestamps = True
-        kwargs = {"decoder_type": "rnnt" if head == "transducer" else "ctc"} if is_hybrid else {}
-        self.nemo_model.change_decoding_strategy(config, verbose=False, **kwargs)
-        self.decoding = (self.nemo_model.ctc_decoding if is_hybrid and head == "ctc" else self.nemo_model.decoding)
-        self.ctc_head = (self.nemo_model.ctc_decoder if is_hybrid else self.nemo_model.decoder) if head == "ctc" \
-            else None
-        self.nemo_model.eval()
-
-    @torch.no_grad()
-    def decoder_only(self, encoder_output, encoder_lengths):
-        """encoder_output [B, T, D] -> NeMo Hypothesis objects (token ids, frames)."""
-        if self.head == "transducer":
-            return self.decoding.decoding(encoder_output=encoder_output.transpose(1, 2),
-                                          encoded_lengths=encoder_lengths)[0]
-        # a fresh view (NeMo's ctc_decoder_predictions_tensor passes one): the head's output carries a neural
-        # type that the decoding computer's type check rejects
-        log_probs = self.ctc_head(encoder_output=encoder_output.transpose(1, 2)).movedim(0, 0)
-        with torch.inference_mode():
-            return self.decoding.decoding(decoder_output=log_probs, decoder_lengths=encoder_lengths)[0]
-
-    @torch.no_grad()
-    def end_to_end(self, waveforms, lengths):
-        from nemo.collections.asr.parts.utils.timestamp_utils import process_timestamp_outputs
-
-        model = self.nemo_model
-        model.eval()
-        features, feature_lengths = model.preprocessor(input_signal=waveforms, length=lengths)
-        encoded, encoded_lengths = model.encoder(audio_signal=features, length=feature_lengths)
-        if self.head == "transducer":
-            hypotheses = self.decoding.rnnt_decoder_predictions_tensor(encoder_output=encoded,
-                                                                       encoded_lengths=encoded_lengths,
-                                                                       return_hypotheses=True)
-        else:
-            hypotheses = self.decoding.ctc_decoder_predictions_tensor(self.ctc_head(encoder_output=encoded),
-                                                                      decoder_lengths=encoded_lengths,
-                                                                      return_hypotheses=True)
-        return process_timestamp_outputs(hypotheses, model.encoder.subsampling_factor,
-                                         model.cfg.preprocessor.window_stride)
-
-
 def side_by_side(ours, nemo, batches, repeats: int) -> tuple[float, float]:
     """Median total ms over the batches for each, in interleaved rounds after one warm-up round."""
     times, _ = interleaved_ms({"ours": lambda: [ours(*batch) for batch in batches],
@@ -151,7 +100,7 @@ def main() -> None:
         model, waveforms, about = build_model(args, Path(tmp))
     head = args.head or model.heads[0]
     ours = GreedyRecognizer(model, head)
-    nemo = NemoGreedy(model, head)
+    nemo = NemoDecoding(model, head)  # greedy_batch
 
     def ours_decoder_only(encoder_output, encoder_lengths):
         return ours.decode(encoder_output, encoder_lengths).to_list()

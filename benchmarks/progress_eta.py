@@ -2,9 +2,9 @@
 time that was really left, on the Ray job over N synthesized utterances (`pipeline/progress.py`).
 
 The job runs as `jobs/transcribe.py` runs it (`run_transcription` on an in-process local Ray, the bundled model),
-with `Progress` recording each update: when it came, the share done and the time left it gave. Once the job has
-ended, each update's estimate is set against the time that was really left (the last commit's time minus the
-update's); the table gives that at the first update and at the first past 20%, 50% and 80% of the audio.
+with `Progress` recording each update: when its part was committed, the share done and the time left it gave. Once
+the job has ended, each update's estimate is set against the time that was really left (the last commit's time
+minus the update's); the table gives that at the first update and at the first past 20%, 50% and 80% of the audio.
 
     python benchmarks/progress_eta.py --quick              # 300 utterances: about a minute on 2 cores
     python benchmarks/progress_eta.py --utterances 3000    # the 3,000
@@ -37,8 +37,9 @@ class RecordedProgress(Progress):
         self.updates: list[tuple[float, float | None, float | None, bool]] = []
 
     def __call__(self, done) -> None:
-        super().__call__(done)
-        self.updates.append((self.clock(), self.fraction(done), self.eta_s(done), self.counts is not None))
+        super().__call__(done)  # timed by the part's commit: the driver may receive parts in bursts
+        self.updates.append((done.get("last_commit_at") or self.clock(), self.fraction(done), self.eta_s(done),
+                             self.counts is not None))
 
 
 def main() -> None:

@@ -436,7 +436,7 @@ def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str,
     device = resolve_device(config)  # GPUs the cluster cannot give are refused before the model is fetched
     manifest_uris = manifest_uris if manifest_uris is not None else expand_manifests(config)
     first = first_rows(manifest_uris, config.limit)
-    progress = Progress() if progress is None else progress
+    progress = Progress(asr_workers=config.resources.asr_actors) if progress is None else progress
     if isinstance(progress, Progress):
         progress.count_in_background(lambda: count_rows(
             first.manifest_uris, first.row_limits, sink.committed_ids(config.output, ok_only=config.retry_errors),

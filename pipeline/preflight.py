@@ -1,5 +1,6 @@
 """What a job refuses before any cluster work, each check written once: a local model, LM or phrase list that is
-missing or unusable, and a decoding the model cannot run (its strategy, its long-audio attention, its calibration).
+missing or unusable, a decoding the model cannot run (its strategy, its long-audio attention, its calibration), and
+GPUs asked of a cluster that has none (`asr_device`, once the job has joined its cluster, before any actor starts).
 
 Every job runs these before Ray starts, so that a mistake costs one line and no cluster; `pipeline/graph.py` plans
 a job with the same `plan_job` once a remote model is fetched. A name is local or remote by the one rule of
@@ -44,6 +45,20 @@ def plan_job(facts: ModelFacts, config: TranscribeJobConfig, device: str = "cpu"
     plan = plan_decoding(facts, config.decoding, device, model_name=config.model.uri)
     check_attention(config.long_audio.attention, facts.encoder_attention, redact(config.model.uri))
     return plan
+
+
+def asr_device(asked: str, cluster_gpus: float, autoscaler_gpus: float = 0.0) -> str:
+    """Where the ASR actors run, decided once the job has joined its Ray cluster and before any actor starts:
+    `asked` (`--device`; "auto": cuda where the cluster has GPUs now, `cluster_gpus`, or its autoscaler can add
+    some, `autoscaler_gpus`, else cpu). `--device cuda` on a cluster that has no GPU and can get none is refused in
+    one line: its ASR actors, one GPU each, would wait for a GPU forever."""
+    if asked == "auto":
+        return "cuda" if max(cluster_gpus, autoscaler_gpus) > 0 else "cpu"
+    if asked == "cuda" and max(cluster_gpus, autoscaler_gpus) <= 0:
+        raise PreflightError("--device cuda: the Ray cluster has no GPU and its autoscaler can add none, so the ASR "
+                             "actors (one GPU each) would never start; pass --device cpu (or auto), or join a cluster "
+                             "with GPUs (--ray-address)")
+    return asked
 
 
 def check_transcription(config: TranscribeJobConfig) -> None:

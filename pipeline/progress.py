@@ -10,9 +10,11 @@ once how many rows earlier runs committed, and counts only the rest.
 On a terminal the update is a live bar (tqdm) redrawn in place; otherwise (`ray job logs`, a file, a pipe) a
 plain timestamped line, at most one every `interval_s` seconds and the last one always.
 
-The estimate: the rate over the last `RATE_WINDOW_S` seconds of commits (the whole run's until a second part is
-committed), in audio seconds where the manifests give every row's duration, else in rows; the time left is what is
-left of the total at that rate.
+The estimate, in audio seconds where the manifests give every row's duration, else in rows, at the time each part
+was committed (the writers' clock: the driver may receive parts in bursts): the rate over the last `RATE_WINDOW_S`
+seconds of commits, once they span `MIN_RATE_SPAN_S`; before that (the first window of rows comes out of the ASR
+stage at once), the rate the ASR stage decodes at, from the seconds its workers were busy on the rows committed
+(start-up left out: on a short job it is most of the time); without those, the rate since the run started.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import IO, Any
 from pipeline.totals import RowCounts
 
 RATE_WINDOW_S = 300.0  # commits the rate is measured over, seconds back from the latest
+MIN_RATE_SPAN_S = 15.0  # commits spanning less give no rate of their own
 LINE_INTERVAL_S = 5.0  # at most one plain line this often
 
 
@@ -45,8 +48,9 @@ class Progress:
     totals so far: rows, rows_error, audio_hours, wall_s), and `close()` at the end."""
 
     def __init__(self, stream: IO[str] | None = None, interval_s: float = LINE_INTERVAL_S, tty: bool | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, asr_workers: int = 1) -> None:
         self.stream = stream or sys.stdout
+        self.asr_workers = asr_workers  # the ASR stage's actors: its busy seconds over them are its wall time
         self.interval_s = interval_s
         self.tty = self.stream.isatty() if tty is None else tty
         self.clock = clock
@@ -85,7 +89,7 @@ class Progress:
     # --- updates -----------------------------------------------------------------------------------------------
     def __call__(self, done: dict[str, Any]) -> None:
         now = self.clock()
-        self._history.append((now, done["rows"], done["audio_hours"] * 3600))
+        self._history.append((done.get("last_commit_at") or now, done["rows"], done["audio_hours"] * 3600))
         while len(self._history) > 2 and self._history[1][0] < now - RATE_WINDOW_S:
             self._history.popleft()
         self._tell_committed()
@@ -148,20 +152,21 @@ class Progress:
         fraction = self.fraction(done)
         if fraction is None:
             return None
+        by_audio = self.audio_total_s is not None
         (first_at, first_rows, first_audio_s), (last_at, last_rows, last_audio_s) = self._history[0], self._history[-1]
-        if len(self._history) < 2:  # one commit: the rate since the run started
-            first_at, first_rows, first_audio_s = last_at - done["wall_s"], 0, 0.0
-        elapsed = last_at - first_at
-        if elapsed <= 0:
-            return None
-        if self.audio_total_s is not None:
-            rate = (last_audio_s - first_audio_s) / elapsed
-            left = self.audio_total_s - last_audio_s
-        else:
-            rate = (last_rows - first_rows) / elapsed
-            left = self.counts.rows_to_commit - last_rows
+        left = self.audio_total_s - last_audio_s if by_audio else self.counts.rows_to_commit - last_rows
         if left <= 0 or fraction >= 1.0:
             return 0.0
+        busy = done.get("busy_s") or {}
+        asr_s = (busy.get("encoder", 0.0) + busy.get("decoding", 0.0)) / max(1, self.asr_workers)
+        if last_at - first_at >= MIN_RATE_SPAN_S:  # the recent rate
+            rate = ((last_audio_s - first_audio_s) if by_audio else (last_rows - first_rows)) / (last_at - first_at)
+        elif asr_s > 0:  # the ASR stage's rate, start-up left out
+            rate = (last_audio_s if by_audio else last_rows) / asr_s
+        elif done["wall_s"] > 0:  # the rate since the run started
+            rate = (last_audio_s if by_audio else last_rows) / done["wall_s"]
+        else:
+            return None
         return left / rate if rate > 0 else None
 
     def text(self, done: dict[str, Any]) -> str:
@@ -192,4 +197,4 @@ class Progress:
         return ", ".join(parts)
 
 
-__all__ = ["LINE_INTERVAL_S", "Progress", "RATE_WINDOW_S", "duration_words"]
+__all__ = ["LINE_INTERVAL_S", "MIN_RATE_SPAN_S", "Progress", "RATE_WINDOW_S", "duration_words"]

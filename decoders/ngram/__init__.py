@@ -12,6 +12,6 @@ __getattr__, __all__ = lazy_exports(__name__, {
     "binary": ("NgramFileError", "load_tensors"),
     "compiled": ("fill_row",),
     "lm": ("NgramLm",),
-    "tensors": ("EMPTY_STATE", "NgramTensors", "dispatch_advance", "walk_torch"),
+    "tensors": ("EMPTY_STATE", "NgramTensors", "dispatch_advance", "triton_failure", "walk_torch"),
     "word_lm": ("arpa_level", "read_word_arpa", "sample_word_sentences", "spell_word_lm"),
 })

@@ -26,7 +26,8 @@ class NgramLm:
     """A token-level n-gram LM (see module docstring) satisfying the `LanguageModel` protocol.
 
     `advance` runs the Triton kernel for CUDA tensors when Triton is importable (`use_triton=None`), or as
-    `use_triton` says; the torch twin otherwise.
+    `use_triton` says; the torch twin otherwise, and from the kernel's first compile or launch failure in the
+    process on (`dispatch_advance`, `triton_failure`).
     """
 
     def __init__(self, tensors: NgramTensors, ngram_counts: list[int] | None = None,

@@ -22,6 +22,7 @@ state, L chain levels (at most N - 1).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
@@ -99,9 +100,23 @@ def walk_torch(lm: NgramTensors, states: Tensor, labels: Tensor) -> tuple[Tensor
     return scores, next_states
 
 
+# The Triton kernel's first compile or launch failure in this process (then the torch twin runs): a Triton that
+# cannot compile or launch (a Triton, driver or GPU it does not support, a missing C compiler for its launcher,
+# resources a GPU lacks) fails alike for every LM and every call, so it is tried once per process.
+_triton_failure: list[str] = []
+
+
+def triton_failure() -> str | None:
+    """Why the Triton `advance` was turned off in this process (its first compile or launch failure), or None."""
+    return _triton_failure[0] if _triton_failure else None
+
+
 def runs_triton(states: Tensor, use_triton: bool | None) -> bool:
-    """Whether an `advance` of these states runs the Triton kernel (`decoders/ngram/triton.py`): as `use_triton`
-    says, else for CUDA tensors where Triton is importable."""
+    """Whether an `advance` of these states runs the Triton kernel (`decoders/ngram/triton.py`): never once it has
+    failed in this process (`triton_failure`), else as `use_triton` says, else for CUDA tensors where Triton is
+    importable."""
+    if _triton_failure:
+        return False
     if use_triton is not None:
         return use_triton
     if not states.is_cuda:
@@ -131,13 +146,27 @@ def dispatch_advance(lm: NgramTensors, states: Tensor, use_triton: bool | None,
     """The `advance` of a model over `lm` (the n-gram LM, a boosting tree): states [B] -> (scores [B, V],
     next_states [B, V]) by the Triton kernel where `runs_triton` says, by its torch twin for other CUDA tensors
     (fixed shapes, no host synchronization, so CUDA graphs can capture either), else by `advance_cpu(states)`, the
-    model's own CPU path."""
+    model's own CPU path.
+
+    A Triton kernel that fails to compile or launch is reported once (a `RuntimeWarning` with the error) and
+    replaced by its torch twin, `advance_torch`, for this call and every later one in the process: the same scores
+    (the parity tests compare the two). The first call compiles the kernel; a decoder that replays CUDA graphs
+    makes it in its warm-up, outside capture, so the graphs capture whichever runs."""
     if states.dim() != 1:
         raise ValueError(f"states must be [B], got {tuple(states.shape)}")
     if runs_triton(states, use_triton):
-        from decoders.ngram.triton import advance_triton
+        try:
+            from decoders.ngram.triton import advance_triton
 
-        return advance_triton(lm, states)
+            return advance_triton(lm, states)
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as error:  # noqa: BLE001  (whatever Triton raised: its compiler's, its launcher's, CUDA's)
+            first_line = (str(error).strip().splitlines() or [""])[0]
+            _triton_failure.append(f"{type(error).__name__}: {first_line}")
+            warnings.warn(f"the Triton n-gram kernel failed ({_triton_failure[0]}); the torch advance runs instead, "
+                          "with the same scores", RuntimeWarning, stacklevel=2)
+        return advance_torch(lm, states)
     if states.is_cuda:
         return advance_torch(lm, states)
     return advance_cpu(states)

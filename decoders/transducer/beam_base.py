@@ -11,9 +11,11 @@ Execution. Each search is a host loop (`_search`) over named pieces (`_pieces`),
 whose tensors are allocated once and only ever written in place. A piece reads no tensor value on the host and
 makes no tensor whose shape depends on values, so on a GPU each piece is captured once as a CUDA graph and
 replayed (`CudaGraphsRunner`, NeMo's "no_while_loops" mode); elsewhere, or with `use_cuda_graphs=False`, the
-same pieces run eagerly. The loop conditions are the only host reads: one per ALSD or WIND beam step; per AES
-frame one for the frame and one per expansion round (rounds stop early when no hypothesis is still on the frame);
-per window of AES++ with skipping one more; reading the hypotheses back at the end costs a few more. Eager mode
+same pieces run eagerly; where a capture or a replay fails, the search decodes that call again eagerly and keeps
+to eager mode, warned once (`CudaGraphFallback`, decoders/transducer/shared.py). The loop conditions are the only
+host reads: one per ALSD or WIND beam step; per AES frame one for the frame and one per expansion round (rounds stop
+early when no hypothesis is still on the frame); per window of AES++ with skipping one more; reading the
+hypotheses back at the end costs a few more. Eager mode
 keeps shortcuts that need host reads and are off under graphs: the prediction network and the LM run only on the
 rows that got a label (graphs run them on every row and keep the old output where there was none), and AES++
 with skipping stops walking a window once no utterance is still moving.
@@ -33,7 +35,7 @@ from torch import Tensor
 from decoders.fusion import lm_for_fusion
 from decoders.hypotheses import BatchedHypotheses, BeamTree
 from decoders.protocols import LanguageModel, PredictorState, TransducerModel
-from decoders.transducer.shared import capture_cuda_graphs, checked_inputs, replays_cuda_graphs
+from decoders.transducer.shared import CudaGraphFallback, capture_cuda_graphs, checked_inputs, replays_cuda_graphs
 
 BLANK_PROBABILITY_CLAMP = 1e-2  # p(blank) <= 1 - this in weighted blank scoring (NeMo's value for bf16)
 NEG_INF = float("-inf")
@@ -174,16 +176,25 @@ class TransducerBeamSearch:
         self.lm = lm_for_fusion(lm, config.lm_weight, model.vocab_size, device)  # None at lm_weight 0
         self.num_labels = model.vocab_size + 1
         self._graphs: CudaGraphsRunner | None = None
+        self.graph_fallback = CudaGraphFallback(type(self).__name__)  # graphs failing -> eager, warned once
 
     @torch.no_grad()
     def __call__(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
         """encoder_output [B, T, D], encoder_lengths [B] -> the best hypothesis per utterance (all K in `.nbest`
         when the config asks for them). `scores` are the raw (fused) log-probabilities, not normalized."""
         encoder_lengths = checked_inputs(encoder_output, encoder_lengths, self.lm)
-        if replays_cuda_graphs(self.config.use_cuda_graphs, encoder_output):
-            if self._graphs is None:
-                self._graphs = CudaGraphsRunner(self)
-            return self._graphs(encoder_output, encoder_lengths)
+        if replays_cuda_graphs(self.config.use_cuda_graphs, encoder_output) and self.graph_fallback.graphs_on:
+            return self.graph_fallback.run(lambda: self._replay_graphs(encoder_output, encoder_lengths),
+                                           lambda: self._decode_eager(encoder_output, encoder_lengths))
+        return self._decode_eager(encoder_output, encoder_lengths)
+
+    def _replay_graphs(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
+        if self._graphs is None:
+            self._graphs = CudaGraphsRunner(self)
+        return self._graphs(encoder_output, encoder_lengths)
+
+    def _decode_eager(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
+        self._graphs = None  # after a graph failure: its preallocated state is of no further use
         encoder_projected = self.model.project_encoder(encoder_output)  # [B, T, H]
         state = BeamState(self, encoder_projected, capacity=2 * encoder_output.shape[1] + 8)
         state.encoder_lengths.copy_(encoder_lengths)

@@ -32,6 +32,7 @@ Dims: B batch, T frames, D encoder features, H joint hidden, V labels with blank
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -49,7 +50,7 @@ from decoders.fusion import lm_for_fusion
 from decoders.hypotheses import BatchedHypotheses
 from decoders.protocols import LanguageModel, TransducerModel
 from decoders.transducer.label_looping_cpu import label_looping_cpu
-from decoders.transducer.shared import capture_cuda_graphs, checked_inputs, replays_cuda_graphs
+from decoders.transducer.shared import CudaGraphFallback, capture_cuda_graphs, checked_inputs, replays_cuda_graphs
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,7 @@ class LabelLoopingGreedy:
         self.is_tdt = len(model.durations) > 0
         self._durations_cache: dict[torch.device, Tensor] = {}
         self._graphs: _CudaGraphsRunner | None = None
+        self.graph_fallback = CudaGraphFallback(type(self).__name__)  # graphs failing -> eager, warned once
         self.confidence = confidence
 
     # --- public face -----------------------------------------------------------------------------------
@@ -211,10 +213,18 @@ class LabelLoopingGreedy:
     def __call__(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
         """encoder_output [B, T, D], encoder_lengths [B] -> the greedy hypothesis of each utterance."""
         encoder_lengths = checked_inputs(encoder_output, encoder_lengths, self.lm)
-        if replays_cuda_graphs(self.config.use_cuda_graphs, encoder_output):
-            if self._graphs is None:
-                self._graphs = _CudaGraphsRunner(self)
-            return self._graphs(encoder_output, encoder_lengths)
+        if replays_cuda_graphs(self.config.use_cuda_graphs, encoder_output) and self.graph_fallback.graphs_on:
+            return self.graph_fallback.run(lambda: self._replay_graphs(encoder_output, encoder_lengths),
+                                           lambda: self._decode_without_graphs(encoder_output, encoder_lengths))
+        return self._decode_without_graphs(encoder_output, encoder_lengths)
+
+    def _replay_graphs(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
+        if self._graphs is None:
+            self._graphs = _CudaGraphsRunner(self)
+        return self._graphs(encoder_output, encoder_lengths)
+
+    def _decode_without_graphs(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
+        self._graphs = None  # after a graph failure: its preallocated state is of no further use
         if self.config.host_loop and encoder_output.device.type == "cpu":
             return label_looping_cpu(self.model, encoder_output, encoder_lengths, self.config.max_symbols,
                                      self.config.window_size, self.lm, self.config.lm_weight, self.confidence)
@@ -518,13 +528,15 @@ class _CudaGraphsRunner:
 
     Four graphs (start, first search, inner search, after search) are captured once over a preallocated
     `_LoopState` sized for the largest batch seen; the two loop conditions are read on the host. Hypotheses
-    are preallocated at the bound frames x max_symbols, since buffers cannot grow inside a graph.
+    are preallocated at the bound frames x max_symbols, since buffers cannot grow inside a graph. A capture or
+    replay that raises leaves the decoder to `CudaGraphFallback` (eager from then on, warned once).
     """
 
     def __init__(self, decoder: LabelLoopingGreedy) -> None:
         self.decoder = decoder
         self.state: _LoopState | None = None
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
+        self.replays: dict[str, Callable[[], None]] = {}  # name -> its graph's replay
 
     def _capture(self, encoder_projected: Tensor, batch_size: int, max_time: int) -> None:
         decoder = self.decoder
@@ -539,7 +551,9 @@ class _CudaGraphsRunner:
             "inner": lambda: decoder._inner_search(self.state),
             "after": lambda: decoder._after_search(self.state),
         }
+        self.replays = {}  # a failed capture leaves none behind
         self.graphs = capture_cuda_graphs(steps, device)
+        self.replays = {name: graph.replay for name, graph in self.graphs.items()}
 
     def __call__(self, encoder_output: Tensor, encoder_lengths: Tensor) -> BatchedHypotheses:
         batch_size, max_time, _ = encoder_output.shape
@@ -553,11 +567,12 @@ class _CudaGraphsRunner:
         state.encoder_projected[:batch_size, :max_time].copy_(encoder_projected)
         state.encoder_lengths.zero_()  # rows past the batch stay empty
         state.encoder_lengths[:batch_size].copy_(encoder_lengths)
-        self.graphs["start"].replay()
+        replays = self.replays
+        replays["start"]()
         while bool(state.active.any()):
-            self.graphs["first"].replay()
+            replays["first"]()
             while bool(state.advance.any()):
-                self.graphs["inner"].replay()
-            self.graphs["after"].replay()
+                replays["inner"]()
+            replays["after"]()
         self.decoder._finish_confidence(state)
         return state.hypotheses.select(batch_size)

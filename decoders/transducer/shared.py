@@ -1,10 +1,25 @@
 """What the transducer decoders share besides the model protocol: the checks every entry point makes on its inputs
-(and, for the searches that fuse an LM and replay CUDA graphs, the rest of their call's opening), and the capture of
-CUDA graphs of a loop's pieces."""
+(and, for the searches that fuse an LM and replay CUDA graphs, the rest of their call's opening), the capture of
+CUDA graphs of a loop's pieces, and the way out when CUDA graphs fail (`CudaGraphFallback`).
+
+CUDA graphs fail in the field where eager CUDA works: NeMo's users report capture or replay errors with some
+driver, CUDA and PyTorch pairings (drivers below 12.3, A100 with CUDA 12.8 and PyTorch 2.9), on ROCm and under high
+concurrency. A decoder asked for graphs therefore decodes with them behind a `CudaGraphFallback`: the first
+capture or replay that raises is reported once, as a `RuntimeWarning` naming the decoder and the error, turns
+graphs off for that decoder, and the call is decoded again eagerly from its inputs (a graph path never writes
+into its caller's tensors), so the transcripts are the eager decoder's. A CUDA out-of-memory error is not a graph
+failure: it is raised as it is, for the caller's own handling (smaller batches).
+
+The fallback runs on the CPU too: a test makes a decoder take its graph path on the CPU (`replays_cuda_graphs`
+patched to ignore the device) and makes `capture_cuda_graphs` raise, or hand back pieces whose replay raises
+(tests/decoders/transducer/test_cuda_graph_fallback.py).
+"""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -64,4 +79,34 @@ def capture_cuda_graphs(pieces: dict[str, Callable[[], None]],
     return graphs
 
 
-__all__ = ["capture_cuda_graphs", "check_encoder_inputs", "checked_inputs", "replays_cuda_graphs"]
+Result = TypeVar("Result")
+
+
+class CudaGraphFallback:
+    """One decoder's CUDA graphs and their way out (see the module docstring): `run(graphs, eager)` returns
+    `graphs()` while graphs work, and after the first failure (`error`) `eager()`, with one `RuntimeWarning`."""
+
+    def __init__(self, decoder_name: str) -> None:
+        self.decoder_name = decoder_name
+        self.error: Exception | None = None  # the capture or replay failure that turned graphs off
+
+    @property
+    def graphs_on(self) -> bool:
+        return self.error is None
+
+    def run(self, graphs: Callable[[], Result], eager: Callable[[], Result]) -> Result:
+        if self.error is not None:
+            return eager()
+        try:
+            return graphs()
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as error:  # noqa: BLE001  (whatever the capture or a replay raised: decode eagerly)
+            self.error = error
+            warnings.warn(f"{self.decoder_name}: CUDA graphs failed ({type(error).__name__}: {error}); this decoder "
+                          "decodes eagerly from now on, with the same results", RuntimeWarning, stacklevel=3)
+        return eager()
+
+
+__all__ = ["CudaGraphFallback", "capture_cuda_graphs", "check_encoder_inputs", "checked_inputs",
+           "replays_cuda_graphs"]

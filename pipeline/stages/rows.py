@@ -92,6 +92,7 @@ def summarize(parts: list[dict[str, Any]], started_at: float) -> dict[str, Any]:
         "padding_efficiency": audio_s / padded_s if padded_s > 0 else None,
         # starting Ray's actors and loading models: on a short job most of the wall time
         "first_part_s": first_commit - started_at if first_commit is not None else None,
+        "last_commit_at": max((p[COMMITTED_AT] for p in parts), default=None),  # Unix time of the latest commit
         # seconds each stage's workers spent on this run's committed rows (schema.BUSY_S_BY_STAGE)
         "busy_s": {stage: sum(p.get(name) or 0.0 for p in parts) for stage, name in BUSY_S_BY_STAGE.items()},
     }

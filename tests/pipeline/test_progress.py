@@ -117,3 +117,25 @@ def test_the_count_is_what_the_run_commits(tmp_path):
                                                 (4 * 3600 + 300, "4 h 05 min")])
 def test_durations_in_words(seconds, words):
     assert duration_words(seconds) == words
+
+
+def test_parts_committed_in_a_burst_are_timed_by_the_asr_stages_busy_seconds_not_the_start_up():
+    """The ASR stage hands a whole window of rows on at once, so the first fifth of a job commits within a second,
+    after a start-up as long as the decoding: the time left comes from the seconds the ASR workers were busy."""
+    total_s, startup_s, decode_rate = 3600.0, 60.0, 30.0  # 2 ASR workers, each decoding 15 s of audio a second
+    progress, stream, clock = progress_with(RowCounts(1000, 0, 1000, total_s, 0), interval_s=0.0)
+    progress.asr_workers = 2
+    first_commit = clock.now + startup_s + 0.2 * total_s / decode_rate
+
+    def busy(audio_s: float) -> dict:  # the two workers' seconds, split between the encoder and decoding
+        return {"encoder": 2 * audio_s / decode_rate * 0.8, "decoding": 2 * audio_s / decode_rate * 0.2}
+
+    for part in range(1, 5):  # four parts committed within 0.3 s
+        audio_s = 0.05 * total_s * part
+        progress(update(rows=50 * part, audio_s=audio_s, wall_s=first_commit - clock.now + 0.1 * part) | {
+            "last_commit_at": first_commit + 0.1 * part, "busy_s": busy(audio_s)})
+    eta = progress.eta_s(update(rows=200, audio_s=0.2 * total_s, wall_s=startup_s + 24.0) | {
+        "busy_s": busy(0.2 * total_s)})
+    real_left_s = 0.8 * total_s / decode_rate
+    assert eta == pytest.approx(real_left_s, rel=0.01), (eta, real_left_s)
+    assert stream.getvalue().splitlines()[-1].endswith("1 min 36 s left")
