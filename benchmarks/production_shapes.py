@@ -8,35 +8,43 @@ some of them punctuation), so that decoding costs what a trained model's does.
 1. Decoder only (encoder output -> token ids with frames as host lists): our label-looping greedy
    (`LabelLoopingGreedy`) and ALSD++ (`AlsdBeamSearch`, beam `--beam-size`), as the job builds them from its
    plan, against NeMo's `greedy_batch` and `malsd_batch` decoding computers on the same encoder output; batch 1
-   (`--single` utterances one at a time) and 32 (one padded batch). The utterances are the ~10-minute set's first
-   segments (below), encoded once. Decoder cost depends on the vocabulary, the durations and the prediction and
-   joint widths, not on the encoder's depth: `--layers N` gives the same figures from a faster-to-build model.
-2. End to end (padded waveforms -> text with word timestamps in seconds): ours as the job decodes (`AsrModel.encode`,
-   the plan's decoder, `transcript_of`) against NeMo's forward + `rnnt_decoder_predictions_tensor` +
-   `process_timestamp_outputs` (what `transcribe()` runs after its data loader), at batch 1 (`--e2e-single`
-   utterances) and 32, on the bundled sample files one by one (1.3 to 7 s): at full depth the encoder takes about
-   0.25 s a second of audio here, and longer utterances would only measure it.
-3. RTFx (audio seconds / wall seconds), parakeet-tdt-0.6b only, on ~`--audio-minutes` of audio (segments of 3 to 20
-   s, each the bundled samples put end to end with 0.25 s between them): the job (`run_transcription` on an
-   in-process local Ray, as `benchmarks/pipeline.py` runs it: Ray's start, NeMo's import and the model's restore in
-   its actor included, greedy, the job's default batching) against NeMo's `transcribe(timestamps=True)`
-   (`greedy_batch`, batch `--nemo-batch-size`, files in the manifest's order, the model already in memory) and
-   against the encoder alone (preprocessor + encoder on the waveforms in memory, one segment at a time: no
-   padding, and on a CPU a batch gains nothing: the floor). The job's texts are checked against NeMo's.
+   (`--single` utterances one at a time) and `--batch-size` (32, one padded batch). The utterances are the first
+   segments of the RTFx set (below; the first 32 are 260 s), encoded once. Decoder cost depends on the
+   vocabulary, the durations and the prediction and joint widths, not on the encoder's depth: `--layers N` gives
+   the same figures from a model that is faster to build.
+2. End to end (padded waveforms -> text with word timestamps in seconds): ours as the job decodes
+   (`AsrModel.encode`, the plan's decoder, `transcript_of`) against NeMo's forward +
+   `rnnt_decoder_predictions_tensor` + `process_timestamp_outputs` (what `transcribe()` runs after its data
+   loader), at batch 1 (`--e2e-single` utterances) and 32, on the bundled sample files as they are (1.3 to 7 s;
+   the first 32 are 100 s): at full depth the encoder takes 0.2 to 1 s a second of audio on this machine, and
+   longer utterances would only measure it.
+3. RTFx (audio seconds / wall seconds), parakeet-tdt-0.6b only, on about `--audio-minutes` of audio (83 segments
+   of 1.3 to 19 s, median 7 s, each some bundled samples put end to end with 0.25 s between them): the job
+   (`run_transcription` on an in-process local Ray, as `benchmarks/pipeline.py` runs it: Ray's start, NeMo's
+   import and the model's restore in its actor included; greedy, the job's default batching) against NeMo's
+   `transcribe(timestamps=True)` (`greedy_batch`, batch `--nemo-batch-size`, files in the manifest's order, the
+   model already in memory) and against the encoder alone (preprocessor + encoder on the waveforms in memory, one
+   segment at a time: no padding, and at full depth a batch gained nothing on this CPU: the floor). The job's
+   texts are checked against NeMo's.
 
-Side by side in one process, interleaved rounds after a warm-up round (`benchmarks/_timing.py`); medians; ratios
-are NeMo's time over ours (above 1: ours is faster). Tokens are compared with NeMo's before anything is timed,
-and a difference is reported in the table (and the JSON), not hidden. NeMo 3.0's batched TDT greedy records
-durations that depend on the batch (docs/production_models.md), so at batch 32 its word end times, not its tokens,
-may differ from ours: the table counts equal tokens and equal word spans separately.
+Side by side in one process, interleaved rounds after a warm-up round (`benchmarks/_timing.py`; the RTFx rounds
+without one); medians; ratios are NeMo's time over ours (above 1: ours is faster). Tokens are compared with
+NeMo's before anything is timed, and a difference is reported in the table (and the JSON), not hidden. NeMo 3.0's
+batched TDT greedy records durations that depend on the batch (docs/production_models.md), so at batch 32 its
+word end times, not its tokens, differ from ours: the table counts equal tokens (and text) and equal word spans
+separately.
 
-Models: `<--models>/<shape>.nemo` (`python recipes/production_shapes/build.py --shape ... --out /tmp/shapes`, with
-`--layers N` `<shape>-Nlayers.nemo`) where it exists, else built in memory (the tokenizer from `--models` where one
-is there, else trained here).
+Models: `<--models>/<shape>.nemo` (`python recipes/production_shapes/build.py --shape ... --out /tmp/shapes`; with
+`--layers N`, `<shape>-Nlayers.nemo`) where it exists, else built in memory (the tokenizer from `--models` where
+one is there, else trained here).
 
-    python benchmarks/production_shapes.py --quick        # 1 encoder layer, few utterances: about a minute
-    python benchmarks/production_shapes.py                # full depth (needs ~12 GB of free memory; ~30 minutes)
-    python benchmarks/production_shapes.py --parts decoder --layers 2
+    python benchmarks/production_shapes.py --quick     # 1 encoder layer, batch 8, few utterances: 2 minutes here
+    python benchmarks/production_shapes.py --parts decoder e2e                       # full depth: an hour here
+    python benchmarks/production_shapes.py --shapes parakeet-tdt-0.6b --parts rtfx   # 9 minutes here
+
+Full depth needs about 10 GB free for this process (a restore peaks at 5.8 GB; the RTFx run peaked at 9.5 GB)
+and 6 GB more for the job's actor. `--quick` spends its 2 minutes mostly on NeMo's import, two
+restores and the job's start (with `/tmp/shapes/*-1layers.nemo` saved by build.py `--layers 1`; else it builds).
 
 Needs nemo_toolkit[asr]. The last line of output is one JSON object with every figure.
 """
@@ -121,8 +129,9 @@ def read_audio(path: Path) -> np.ndarray:
 
 
 def segments(out_dir: Path, total_s: float, seed: int = 0) -> tuple[list[Path], list[np.ndarray]]:
-    """WAV files of about `total_s` seconds in all, each 3 to 20 s (lognormal, median 8 s): the bundled files in a
-    fixed shuffled order, put end to end with 0.25 s of silence between them."""
+    """WAV files of about `total_s` seconds in all: the bundled files in a fixed shuffled order, put end to end
+    with 0.25 s of silence between them while they fit a length drawn for each segment (lognormal, median 8 s,
+    3 to 20 s; at least one file each, so some are shorter)."""
     import soundfile
 
     rng = np.random.default_rng(seed)
@@ -319,7 +328,7 @@ def rtfx_figures(model, model_path: Path, paths: list[Path], waveforms: list[np.
         model.nemo_model.eval()  # transcribe() leaves the encoder in training mode
         return hypotheses
 
-    def encoder_alone():  # one segment at a time: no padding, the least work (on a CPU batching gains nothing)
+    def encoder_alone():  # one segment at a time: no padding, the least work
         for waveform in waveforms:
             model.encode(*pad_waveforms([waveform]))
 
@@ -384,7 +393,7 @@ def main() -> None:
 def report(args, rows: list[dict], infos: list[dict], rtfx: dict, wall_s: float) -> None:
     print()
     for info in infos:
-        print(f"{info['shape']}: {info['model']}; {info['layers']} encoder layers, {info['parameters'] / 1e6:.0f} M "
+        print(f"{info['shape']}: {info['model']}; encoder layers {info['layers']}, {info['parameters'] / 1e6:.0f} M "
               f"parameters, vocabulary {info['vocab_size']}, durations {info['durations']}"
               + (f", {info['labels_per_frame']} labels per frame (greedy, batched)" if "labels_per_frame" in info
                  else ""))
@@ -409,7 +418,7 @@ def report(args, rows: list[dict], infos: list[dict], rtfx: dict, wall_s: float)
                     f"V={r['vocab_size']} B={r['batch_size']} ({r['nemo_over_ours']:.2f}x, "
                     f"{r['same_tokens']}/{r['utterances']} same)" for r in missed)))
     if rtfx:
-        print(f"\nRTFx on {rtfx['audio_s'] / 60:.1f} min of audio ({rtfx['utterances']} segments of 3-20 s), "
+        print(f"\nRTFx on {rtfx['audio_s'] / 60:.1f} min of audio ({rtfx['utterances']} segments), "
               f"{SHAPES[0]}, greedy; job: {args.cpus} Ray CPUs, its default batching; transcribe(): batch "
               f"{rtfx['nemo_batch_size']}")
         print("| run | wall s | RTFx | encoder alone's time / this |")
