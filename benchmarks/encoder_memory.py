@@ -8,7 +8,7 @@ of the process's high-water mark (`VmHWM`, reset through `/proc/self/clear_refs`
 before the pass. The table gives the predicted peak, the measured one and their ratio (above 1: the model
 over-estimates, which is the safe side; the budget is what sizes batches).
 
-    python benchmarks/encoder_memory.py --quick          # about a minute on 2 cores: the demo model, one shape
+    python benchmarks/encoder_memory.py --quick          # the demo model and one shape, 8 points
     python benchmarks/encoder_memory.py                  # every encoder, every point
     python benchmarks/encoder_memory.py --full-depth     # adds parakeet-tdt-0.6b at 24 layers (3.5 GB to build)
 

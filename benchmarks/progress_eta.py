@@ -6,7 +6,7 @@ with `Progress` recording each update: when its part was committed, the share do
 the job has ended, each update's estimate is set against the time that was really left (the last commit's time
 minus the update's); the table gives that at the first update and at the first past 20%, 50% and 80% of the audio.
 
-    python benchmarks/progress_eta.py --quick              # 300 utterances: about a minute on 2 cores
+    python benchmarks/progress_eta.py --quick              # 300 utterances, about 25 s on 2 cores: a smoke run
     python benchmarks/progress_eta.py --utterances 3000    # the 3,000
 
 The last line of output is one JSON object with every figure.

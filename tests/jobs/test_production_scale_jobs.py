@@ -18,6 +18,7 @@ import pytest
 
 from pipeline import schema
 from pipeline.io import sink
+from pipeline.model.memory import available_memory_bytes
 
 pytestmark = [pytest.mark.ray, pytest.mark.nemo, pytest.mark.slow]
 
@@ -38,16 +39,6 @@ def full_size_model() -> Path:
                     "peaks at 5.9 GB, and lm_bias's tuning worker keeps as much while the corpus is transcribed)")
     return FULL_SIZE_MODEL
 
-
-def available_memory_bytes() -> int:
-    """MemAvailable of /proc/meminfo (Linux); a large number elsewhere, where the tests then just run."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 2**62
 
 
 def sample_rows() -> list[dict]:

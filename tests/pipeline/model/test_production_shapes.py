@@ -23,10 +23,10 @@ Its tokens and frames are right, its token durations, and so its word end times,
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+
+from pipeline.model.memory import available_memory_bytes
 
 pytestmark = pytest.mark.nemo
 
@@ -175,13 +175,3 @@ def test_full_depth_0_6b_equals_nemo():
     check_against_nemo(SHAPE_06B, None, "ctc", "greedy_batch", "ctc_greedy")
     production().calibrated_model.cache_clear()  # the 2.5 GB model goes with this test
 
-
-def available_memory_bytes() -> int:
-    """MemAvailable of /proc/meminfo (Linux); a large number elsewhere, where the test then just runs."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 2**62
