@@ -248,3 +248,37 @@ def test_batches_hold_only_the_rows_the_memory_budget_holds(model, tmp_path, mon
     assert max(rows for rows, _ in batches) == 3 and len(batches) >= 4
     assert bounded.column(schema.STATUS).to_pylist() == ["ok"] * 12
     assert bounded.column(schema.TOKENS).to_pylist() == unbounded.column(schema.TOKENS).to_pylist()
+
+
+def test_a_batch_that_runs_out_of_memory_is_decoded_row_by_row_and_halves_later_budgets(model, tmp_path, monkeypatch,
+                                                                                         caplog):
+    """The memory model under-estimating (an allocation failing, as torch raises it) costs no row: the batch is
+    decoded again row by row with the same tokens, later batches get half the budget, and the actor says so once."""
+    import torch
+
+    entries = [json.loads(line) for line in BUNDLED_MANIFEST.read_text().splitlines()[:6]]
+    table = rows(tmp_path, [dict(e, audio_filepath=str(BUNDLED_MANIFEST.parent / e["audio_filepath"]))
+                            for e in entries])
+    plan = plan_decoding(read_model_facts(str(BUNDLED_MODEL)), DecodingConfig())
+    audio = LoadAudio(RATE, long_audio=CHUNKS)(table)
+    expected = TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(), long_audio=CHUNKS,
+                               load=lambda *_: model)(audio)
+    failed, encode = [], model.encode
+
+    def failing_once(waveforms, lengths):  # the first batch of several rows runs out of memory
+        if waveforms.shape[0] > 1 and not failed:
+            failed.append(waveforms.shape[0])
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return encode(waveforms, lengths)
+
+    monkeypatch.setattr(model, "encode", failing_once)
+    stage = TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(asr_memory_gb=4.0),
+                            long_audio=CHUNKS, load=lambda *_: model)
+    with caplog.at_level("WARNING", logger="pipeline.stages.asr"):
+        decoded = stage(audio)
+    assert failed == [6]
+    assert decoded.column(schema.STATUS).to_pylist() == ["ok"] * 6
+    assert decoded.column(schema.TOKENS).to_pylist() == expected.column(schema.TOKENS).to_pylist()
+    assert stage.sizing.budget_bytes == 2.0 * (1 << 30)
+    said = [r.getMessage() for r in caplog.records if "ran out of memory" in r.getMessage()]
+    assert len(said) == 1 and "2.0 GiB" in said[0], said
