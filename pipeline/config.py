@@ -102,7 +102,9 @@ class ResourcesConfig:
                                   "available memory, shared among the ASR actors it can hold")
     # the streaming window
     window_rows: int = setting(1024, "rows each ASR call buckets by length", minimum=1)
-    part_rows: int = setting(256, "rows per Parquet part", minimum=1)
+    # a window's rows make about one part: 4x fewer parts than 256 at a million rows (docs/benchmarks.md, "A million
+    # rows": readers pay per part), and no decoded row waits for a second window to fill its part
+    part_rows: int = setting(1024, "rows per Parquet part", minimum=1)
     asr_actor_cpus: float | None = setting(None, "CPUs reserved per ASR actor", above=0, finite=True,
                                            default_help="1 with a GPU, 0.5 without")
     torch_threads: int | None = setting(None, "torch threads per ASR actor on the CPU", minimum=1,
@@ -119,7 +121,9 @@ class ResourcesConfig:
 
 @dataclass(frozen=True)
 class LongAudioConfig:
-    """How a long recording is decoded (`pipeline/stages/chunks.py`): a row longer than `chunk_s` is cut into chunks of
+    """How a long recording is decoded (`pipeline/stages/chunks.py`): a row longer than `chunk_s` is cut, as `segment`
+    says, into the speech segments of a voice-activity model (`pipeline/stages/segments.py`: the `vad_*`,
+    `min_*`, `speech_pad_s` and `max_segment_s` settings; non-speech is not decoded) or into chunks of
     at most `chunk_s` seconds, at its pauses where it has them and else overlapping by `overlap_s`, decoded in the
     same batches as short rows and merged back into one row; with `attention = "local"` the encoder attends
     `local_context` frames each side (NeMo's `rel_pos_local_attn`) instead of the whole input. Measured in
@@ -133,6 +137,22 @@ class LongAudioConfig:
     attention: Literal["full", "local"] = setting(
         "full", "encoder self-attention: full, or local (NeMo's rel_pos_local_attn; Conformer models)")
     local_context: int = setting(128, "encoder frames each side that local attention sees", minimum=1)
+    # how rows longer than chunk_s are cut (docs/long_audio.md): speech segments of a voice-activity model (silero-vad,
+    # pipeline/io/vad.py; the non-speech between them is never decoded), chunks at energy pauses, or blind chunks.
+    # The VAD's defaults are silero's own (get_speech_timestamps); measured in benchmarks/long_audio.py
+    segment: Literal["vad", "pauses", "none", "auto"] = setting(
+        "vad", "how rows longer than --chunk-s are cut: vad: speech segments of Silero VAD, non-speech not decoded; "
+               "pauses: chunks at energy pauses, nothing dropped; none: chunks of --chunk-s with --chunk-overlap-s, no "
+               "pause search; auto: vad, or pauses (said once) where the VAD model cannot load")
+    vad_threshold: float = setting(0.5, "speech probability a VAD window needs to start speech (it ends below this "
+                                        "less 0.15)", above=0, maximum=0.99, finite=True)
+    min_speech_s: float = setting(0.25, "VAD speech of at most this many seconds is dropped", minimum=0, finite=True)
+    min_silence_s: float = setting(0.1, "VAD silence shorter than this does not end a segment (shorter gaps are "
+                                        "merged)", minimum=0, finite=True)
+    speech_pad_s: float = setting(0.03, "seconds of audio kept each side of a VAD segment", minimum=0, finite=True)
+    max_segment_s: float = setting(20.0, "longest VAD segment (--chunk-s where that is "
+                                         "shorter: a segment is decoded as one chunk); a longer one is cut at its "
+                                         "quietest point", above=1, finite=True)
 
     def __post_init__(self) -> None:
         check_settings(self, "long_audio")
@@ -148,8 +168,16 @@ RESOURCE_ALIASES = {"gpu_actors": "asr_actors", "cpu_actors": "audio_actors", "c
 @dataclass(frozen=True)
 class TranscribeJobConfig:
     manifests: tuple[str, ...] = setting(
-        (str(BUNDLED_MANIFEST),), "NeMo JSON-lines or Lhotse cut manifests (.jsonl[.gz]): paths, fsspec URIs or globs",
-        flag="--manifest", metavar="URI", default_help=f"the bundled samples, {BUNDLED_MANIFEST}", checked=False,
+        (str(BUNDLED_MANIFEST),), "NeMo JSON-lines or Lhotse cut manifests (.jsonl[.gz]): paths, fsspec URIs or globs; "
+        "or a sharded corpus (docs/shards.md): a NeMo tarred set's folder or metadata.yaml (or its manifest, with "
+        "--tarred-audio), a Lhotse Shar folder or its cuts.NNNNNN.jsonl.gz files, WebDataset .tar URLs; brace ranges "
+        "({0..127} or _OP_0..127_CL_) expand", flag="--manifest", metavar="URI",
+        default_help=f"the bundled samples, {BUNDLED_MANIFEST}", checked=False, group="input and output")
+    # pipeline/io/shards.py; not part of the output's identity (rows are named by their shard and member)
+    tarred_audio: tuple[str, ...] = setting(
+        (), "the shards of the NeMo tarred manifests --manifest names (NeMo's tarred_audio_filepaths): .tar URIs, "
+            "brace ranges allowed (audio_{0..127}.tar or audio__OP_0..127_CL_.tar)", flag="--tarred-audio",
+        metavar="URI", default_help="none: --manifest names loose manifests or a corpus folder", checked=False,
         group="input and output")
     output: str = setting("transcripts", "folder or URI for the Parquet parts, _config.json, _summary.json and "
                                          "_SUCCESS", group="input and output")
@@ -157,8 +185,8 @@ class TranscribeJobConfig:
     decoding: DecodingConfig = section("decoding", DecodingConfig)
     input: InputConfig = section("input bounds (a row past one is an error row)", InputConfig)
     resources: ResourcesConfig = section("resources", ResourcesConfig)
-    long_audio: LongAudioConfig = section("long recordings (cut into overlapping chunks, merged back into one row)",
-                                          LongAudioConfig)
+    long_audio: LongAudioConfig = section(
+        "long recordings (cut into speech segments or chunks, merged back into one row)", LongAudioConfig)
     ray_address: str | None = setting(
         None, "cluster to join", default_help="RAY_ADDRESS, as `ray job submit` sets it, else a new local Ray on "
                                               "127.0.0.1", group="ray")
@@ -186,6 +214,9 @@ class TranscribeJobConfig:
         check_settings(self)
         if isinstance(self.export, (str, list)):  # a YAML or JSON list, or one format
             object.__setattr__(self, "export", (self.export,) if isinstance(self.export, str) else tuple(self.export))
+        if isinstance(self.tarred_audio, (str, list)):
+            object.__setattr__(self, "tarred_audio", (self.tarred_audio,) if isinstance(self.tarred_audio, str)
+                               else tuple(self.tarred_audio))
         if isinstance(self.manifests, (str, list)):
             object.__setattr__(self, "manifests", (self.manifests,) if isinstance(self.manifests, str)
                                else tuple(self.manifests))

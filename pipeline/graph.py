@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 import os
@@ -35,11 +36,14 @@ from pipeline.config import TranscribeJobConfig
 from pipeline.decoding import DecodingPlan
 from pipeline.io import cached_sha256, claim, expand_manifest_uris, models_dir, read_manifest, sink, sniff_manifest
 from pipeline.io.redact import redact, redact_values
+from pipeline.io.shards import ShardListing, ShardsError, sharded_corpus
 from pipeline.io.uris import AudioRoots
 from pipeline.model import ModelFacts, ModelLoadError, fetch_model, read_model_facts
 from pipeline.preflight import PreflightError, asr_device, plan_job
 from pipeline.progress import Progress
-from pipeline.stages import FinishAndWrite, LoadAudio, ReadManifests, TranscribeBatch, summarize
+from pipeline.stages import FinishAndWrite, LoadAudio, ReadManifests, RunTotals, TranscribeBatch
+from pipeline.stages.read import LISTING, ReadShards
+from pipeline.stages.shards import LoadShards
 from pipeline.totals import count_rows
 
 log = logging.getLogger(__name__)
@@ -256,11 +260,45 @@ def read_rows(config: TranscribeJobConfig, manifest_uris: list[str], spare_cpus:
     return dataset
 
 
+def shard_listings(config: TranscribeJobConfig) -> list[ShardListing] | None:
+    """The listings of the sharded corpus the job names (`pipeline/io/shards.py::sharded_corpus`), None where it
+    names loose manifests; a corpus that cannot be read as named, or loose manifests beside shards, is refused as a
+    `JobError`. Looked up once per process for the same names."""
+    try:
+        return _shard_listings(tuple(config.manifests), tuple(config.tarred_audio))
+    except ShardsError as error:
+        raise JobError(redact(str(error))) from None
+
+
+@functools.lru_cache(maxsize=4)
+def _shard_listings(manifests: tuple[str, ...], tarred_audio: tuple[str, ...]) -> list[ShardListing] | None:
+    return sharded_corpus(manifests, tarred_audio)
+
+
+def read_shard_tasks(config: TranscribeJobConfig, listings: list[ShardListing], spare_cpus: float):
+    """A sharded corpus's shard tasks (`ReadShards`): a task per shard holding rows not yet committed, each its own
+    block where a CPU is spare (as `read_rows` splits manifest rows), so that shards spread over the audio actors."""
+    import ray
+    from ray.data import TaskPoolStrategy
+
+    dataset = ray.data.from_items([{LISTING: listing.to_json()} for listing in listings],
+                                  override_num_blocks=max(1, len(listings)))
+    dataset = dataset.map_batches(
+        ReadShards(sink.committed_ids(config.output, ok_only=config.retry_errors),
+                   allowed_roots=AudioRoots(config.input.allowed_roots)),
+        batch_size=1, batch_format="pyarrow", num_cpus=ReadShards.CPUS,
+        compute=TaskPoolStrategy(size=max(1, min(ReadShards.MAX_TASKS, len(listings)))))
+    nodes = sum(1 for node in ray.nodes() if node["Alive"])
+    return dataset.repartition(target_num_rows_per_block=1) if spare_cpus >= max(1, nodes) else dataset
+
+
 def build_transcription(config: TranscribeJobConfig, plan: DecodingPlan, manifest_uris: list[str],
-                        sample_rate: int, model_id: str, row_limits: dict[str, int] | None = None):
+                        sample_rate: int, model_id: str, row_limits: dict[str, int] | None = None,
+                        listings: list[ShardListing] | None = None):
     """The Ray Data plan of one job (lazy): a dataset of one summary row per committed part. What each stage's
     workers reserve is the stage class's to say; how many of them run, the job's `resources`. `row_limits`
-    (`first_rows`): the rows of each manifest read, where not all."""
+    (`first_rows`): the rows of each manifest read, where not all. `listings` (`shard_listings`): a sharded
+    corpus, read a shard per call by `ReadShards` and `LoadShards` in place of `ReadManifests` and `LoadAudio`."""
     import ray
     from ray.data import ActorPoolStrategy
 
@@ -269,12 +307,24 @@ def build_transcription(config: TranscribeJobConfig, plan: DecodingPlan, manifes
     finish_cpus = FinishAndWrite.cpus(plan)
     reserved_cpus = (ReadManifests.CPUS + asr_cpus * resources.asr_actors + LoadAudio.CPUS * resources.audio_actors
                      + finish_cpus * resources.writer_actors)
-    dataset = read_rows(config, manifest_uris, ray.cluster_resources().get("CPU", 0.0) - reserved_cpus, row_limits)
-    dataset = dataset.map_batches(
-        LoadAudio, fn_constructor_kwargs={"sample_rate": sample_rate, "limits": config.input,
-                                          "long_audio": config.long_audio, "nice_steps": resources.side_stage_nice},
-        batch_format="pyarrow", batch_size=LoadAudio.BATCH_ROWS, compute=ActorPoolStrategy(size=resources.audio_actors),
-        num_cpus=LoadAudio.CPUS)
+    spare_cpus = ray.cluster_resources().get("CPU", 0.0) - reserved_cpus
+    if listings is not None:
+        dataset = read_shard_tasks(config, listings, spare_cpus)
+        dataset = dataset.map_batches(
+            LoadShards, fn_constructor_kwargs={
+                "sample_rate": sample_rate, "limits": config.input, "long_audio": config.long_audio,
+                "committed": sink.committed_ids(config.output, ok_only=config.retry_errors),
+                "nice_steps": resources.side_stage_nice},
+            batch_format="pyarrow", batch_size=1, compute=ActorPoolStrategy(size=resources.audio_actors),
+            num_cpus=LoadShards.CPUS)
+    else:
+        dataset = read_rows(config, manifest_uris, spare_cpus, row_limits)
+        dataset = dataset.map_batches(
+            LoadAudio, fn_constructor_kwargs={"sample_rate": sample_rate, "limits": config.input,
+                                              "long_audio": config.long_audio,
+                                              "nice_steps": resources.side_stage_nice},
+            batch_format="pyarrow", batch_size=LoadAudio.BATCH_ROWS,
+            compute=ActorPoolStrategy(size=resources.audio_actors), num_cpus=LoadAudio.CPUS)
     dataset = dataset.map_batches(
         TranscribeBatch,
         fn_constructor_kwargs={"model": config.model, "plan": plan, "resources": resources,
@@ -411,6 +461,11 @@ def expand_manifests(config: TranscribeJobConfig, warn: Callable[[str], None] = 
     """The job's manifest URIs (globs expanded as `config.input.glob` says), each looked at once: a manifest that
     is empty, binary or broken is named through `warn` (its rows, if any, and one error row for a binary or
     broken one still come out), and a job none of whose manifests has a line is refused."""
+    listings = shard_listings(config)
+    if listings is not None:  # a sharded corpus: its listings (manifests, cuts files) or tars
+        if not listings:
+            raise JobError(f"nothing to transcribe: {', '.join(config.manifests)} holds no shard")
+        return [listing.name for listing in listings]
     glob = {"auto": None, "always": True, "never": False}[config.input.glob]
     uris = expand_manifest_uris(config.manifests, glob=glob)
     with ThreadPoolExecutor(max_workers=min(SNIFF_THREADS, len(uris))) as pool:
@@ -428,19 +483,23 @@ def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str,
                       manifest_uris: list[str] | None = None) -> dict[str, Any]:
     """Run one job on the connected Ray cluster; returns the summary also written as `_summary.json`.
 
-    `progress` is called with the running totals of this run (`summarize`) after each committed part; by default a
+    `progress` is called with the running totals of this run (`RunTotals`) after each committed part; by default a
     `pipeline.progress.Progress` on stdout, whose total is counted from the manifests while the job starts.
     """
     started = time.time()
     check_output(config)
     device = resolve_device(config)  # GPUs the cluster cannot give are refused before the model is fetched
     manifest_uris = manifest_uris if manifest_uris is not None else expand_manifests(config)
-    first = first_rows(manifest_uris, config.limit)
+    listings = shard_listings(config)
+    if listings is not None and config.limit is not None:
+        raise JobError("--limit reads the first rows of loose manifests; a sharded corpus is read a whole shard at a "
+                       "time: name fewer shards instead (a shorter brace range)")
+    first = first_rows(manifest_uris, config.limit) if listings is None else FirstRows([], {}, False)
     progress = Progress(asr_workers=config.resources.asr_actors) if progress is None else progress
     if isinstance(progress, Progress):
         progress.count_in_background(lambda: count_rows(
             first.manifest_uris, first.row_limits, sink.committed_ids(config.output, ok_only=config.retry_errors),
-            AudioRoots(config.input.allowed_roots)))
+            AudioRoots(config.input.allowed_roots), listings))
     model = model_identity(config)
     model_id = model.model_id
     facts = read_model_facts(model.path)
@@ -453,13 +512,16 @@ def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str,
         "device": device, "manifests": [redact(uri) for uri in manifest_uris]})
     log.info("%d manifest(s) -> %s (%s, %s)", len(manifest_uris), redact(config.output), plan.description, device)
     parts: list[dict[str, Any]] = []
-    dataset = build_transcription(config, plan, first.manifest_uris, facts.sample_rate, model_id, first.row_limits)
+    totals = RunTotals(started)
+    dataset = build_transcription(config, plan, first.manifest_uris, facts.sample_rate, model_id, first.row_limits,
+                                  listings)
     try:
         with without_ray_core_notices():
             for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
                 for part in batch.to_pylist():
                     parts.append(part)
-                    progress(summarize(parts, started))
+                    totals.add(part)
+                    progress(totals.summary())
     except Exception as error:  # Ray wraps what an actor raised; a model or an output it cannot use is the user's
         cause = stage_error(error)
         if cause is None:
@@ -470,7 +532,7 @@ def run_transcription(config: TranscribeJobConfig, progress: Callable[[dict[str,
         if isinstance(progress, Progress):
             progress.close()
     deduplicated = sink.deduplicate(config.output)
-    summary = summarize(parts, started)
+    summary = totals.summary()
     summary = {**output_totals(config.output, config.input.duration_tolerance_s), "this_run": summary,
                "duplicates_removed": deduplicated.duplicates, "error_rows_replaced": deduplicated.errors_replaced,
                "repeats_differing": deduplicated.conflicting,

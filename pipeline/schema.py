@@ -26,6 +26,9 @@ EXTRA = "extra"  # JSON of the manifest keys loopscribe does not use, kept for t
 # normalised by the manifest reader: [{text, weight}] (weight null: the default context score); null: none.
 # Also kept, as written, in `extra`
 PHRASES = "phrases"
+# the member of a tar shard that holds the row's audio (`audio_filepath` is then the shard; pipeline/io/shards.py);
+# null for a loose file
+SHARD_MEMBER = "shard_member"
 
 # outcome
 STATUS = "status"  # STATUS_OK or STATUS_ERROR
@@ -43,6 +46,11 @@ CONFIDENCE = "confidence"  # the utterance's: the aggregate of its words' confid
 WORDS = "words"  # list of {word, start, end, confidence}, seconds from the start of the utterance
 MODEL = "model"
 DECODING = "decoding"
+# a row longer than long_audio.chunk_s cut by voice activity (long_audio.segment vad): its speech segments, a list of
+# {start, end} in seconds from the start of the row (what was decoded; the rest was not), and the share of the row's
+# seconds they cover; null for a row decoded whole or cut otherwise (pauses, none). pipeline/stages/segments.py
+SPEECH_SEGMENTS = "speech_segments"
+SPEECH_SHARE = "speech_share"
 # decoding.head_agreement (a hybrid model): the other head's greedy text, and the share of the chosen text's words
 # it agrees with (1 - their word error rate, floored at 0); null where not asked
 SECOND_HEAD_TEXT = "second_head_text"
@@ -50,6 +58,7 @@ HEAD_AGREEMENT = "head_agreement"
 
 PHRASE_TYPE = pa.struct([pa.field("text", pa.string()), pa.field("weight", pa.float64())])
 
+SEGMENT_TYPE = pa.struct([pa.field("start", pa.float64()), pa.field("end", pa.float64())])
 WORD_TYPE = pa.struct([
     pa.field("word", pa.string()),
     pa.field("start", pa.float64()),
@@ -62,6 +71,10 @@ SAMPLES = "samples"  # float32 waveform at the model's rate (audio stage -> ASR 
 AUDIO_S = "audio_s"  # seconds of audio actually decoded
 ENERGIES = "energies"  # chunked_read rows: energy (dB) of each 10 ms, where LoadAudio found the pauses
 CHUNKED_READ = "chunked_read"  # a long row whose audio the ASR stage reads chunk by chunk (LoadAudio carries none)
+# a row cut by voice activity: its segments' [start, end) in samples at the model's rate, flattened (s0, e0, s1, ...),
+# and where its `samples` hold only the speech, the recording's sample ranges they hold, in order (flattened alike)
+SPEECH_RANGES = "speech_ranges"
+INLINE_RANGES = "inline_ranges"
 PADDED_S = "padded_s"  # this row's share of its encoder batch's padded seconds
 TOKENS = "tokens"
 TOKEN_FRAMES = "token_frames"
@@ -89,15 +102,17 @@ DECODING_BUSY_S = "decoding_busy_s"
 BUSY_S_BY_STAGE = {"reading": READ_BUSY_S, "audio": AUDIO_BUSY_S, "encoder": ENCODER_BUSY_S,
                    "decoding": DECODING_BUSY_S, "writing": FINISH_S}
 
-INPUT_COLUMNS = (UTTERANCE_ID, MANIFEST, LINE, SOURCE_ID, AUDIO_FILEPATH, OFFSET, DURATION, CHANNEL, REFERENCE_TEXT,
-                 EXTRA, PHRASES, STATUS, ERROR)
+INPUT_COLUMNS = (UTTERANCE_ID, MANIFEST, LINE, SOURCE_ID, AUDIO_FILEPATH, SHARD_MEMBER, OFFSET, DURATION, CHANNEL,
+                 REFERENCE_TEXT, EXTRA, PHRASES, STATUS, ERROR)
 
 _TYPES = {  # every column that rows carry from the manifests to the output, and its Arrow type
     UTTERANCE_ID: pa.string(), MANIFEST: pa.string(), LINE: pa.int64(), SOURCE_ID: pa.string(),
-    AUDIO_FILEPATH: pa.string(), OFFSET: pa.float64(), DURATION: pa.float64(), CHANNEL: pa.int64(),
+    AUDIO_FILEPATH: pa.string(), SHARD_MEMBER: pa.string(), OFFSET: pa.float64(), DURATION: pa.float64(),
+    CHANNEL: pa.int64(),
     AUDIO_DURATION: pa.float64(), FILE_DURATION: pa.float64(), REFERENCE_TEXT: pa.string(), EXTRA: pa.string(),
     TEXT: pa.string(),
     WORDS: pa.list_(WORD_TYPE), CONFIDENCE: pa.float64(), SECOND_HEAD_TEXT: pa.string(), HEAD_AGREEMENT: pa.float64(),
+    SPEECH_SEGMENTS: pa.list_(SEGMENT_TYPE), SPEECH_SHARE: pa.float64(),
     STATUS: pa.string(), ERROR: pa.string(), MODEL: pa.string(), DECODING: pa.string(),
     PHRASES: pa.list_(PHRASE_TYPE),  # between stages only: the output keeps the manifest's `phrases` in `extra`
 }
@@ -108,7 +123,7 @@ INPUT_SCHEMA = pa.schema([pa.field(name, _TYPES[name]) for name in INPUT_COLUMNS
 
 OUTPUT_SCHEMA = pa.schema([
     pa.field(name, _TYPES[name], nullable=name not in _REQUIRED)
-    for name in (UTTERANCE_ID, MANIFEST, LINE, SOURCE_ID, AUDIO_FILEPATH, OFFSET, DURATION, CHANNEL, AUDIO_DURATION,
-                 FILE_DURATION, REFERENCE_TEXT, EXTRA, TEXT, WORDS, CONFIDENCE, SECOND_HEAD_TEXT, HEAD_AGREEMENT,
-                 STATUS, ERROR, MODEL, DECODING)
+    for name in (UTTERANCE_ID, MANIFEST, LINE, SOURCE_ID, AUDIO_FILEPATH, SHARD_MEMBER, OFFSET, DURATION, CHANNEL,
+                 AUDIO_DURATION, FILE_DURATION, REFERENCE_TEXT, EXTRA, TEXT, WORDS, CONFIDENCE, SECOND_HEAD_TEXT,
+                 HEAD_AGREEMENT, SPEECH_SEGMENTS, SPEECH_SHARE, STATUS, ERROR, MODEL, DECODING)
 ])

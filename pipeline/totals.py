@@ -16,6 +16,8 @@ from typing import Any
 
 from pipeline import schema
 from pipeline.io import IdSet, read_manifest
+from pipeline.io.manifest import InShards
+from pipeline.io.shards import NEMO_TARRED, WEBDATASET, ShardListing
 from pipeline.io.uris import AudioRoots
 
 AUDIO_SAMPLE = 16  # rows kept as a uniform sample of the rows to transcribe (`--dry-run` reads their audio)
@@ -41,11 +43,27 @@ class ManifestScan:
     sample: list[dict[str, Any]] = field(default_factory=list)  # rows to transcribe, a uniform sample of them
 
 
-def scan_manifest(uri: str, max_rows: int | None, committed: IdSet, roots: AudioRoots) -> ManifestScan:
-    """Every row of one manifest (its first `max_rows`), counted; a reservoir sample of the rows to transcribe."""
+class RowsUnknown(ValueError):
+    """A corpus whose rows cannot be counted before it is read (a WebDataset tar lists nothing else)."""
+
+
+def scan_listing(listing: ShardListing, committed: IdSet, roots: AudioRoots) -> ManifestScan:
+    """A sharded corpus's listing counted as `scan_manifest` counts a manifest (`ReadShards` reads it so); a
+    WebDataset tar, whose rows are known only once it is read, raises `RowsUnknown` (counting its members would read
+    the whole tar: the run's progress then goes without a total, and `--dry-run` says the rows are unknown)."""
+    if listing.format == WEBDATASET:
+        raise RowsUnknown(f"{listing.name}: a WebDataset tar's rows are known only once it is read")
+    in_shards = InShards(listing.tars) if listing.format == NEMO_TARRED else InShards({}, listing.tars[0])
+    return scan_manifest(listing.listing or "", None, committed, roots, in_shards)
+
+
+def scan_manifest(uri: str, max_rows: int | None, committed: IdSet, roots: AudioRoots,
+                  shards: InShards | None = None) -> ManifestScan:
+    """Every row of one manifest (its first `max_rows`), counted; a reservoir sample of the rows to transcribe.
+    `shards`: the manifest lists a sharded corpus (`read_manifest`)."""
     scan = ManifestScan(uri)
     chooser = random.Random(hashlib.sha1(uri.encode("utf-8", "surrogatepass")).digest())  # the same sample each time
-    rows = itertools.islice(read_manifest(uri), max_rows)
+    rows = itertools.islice(read_manifest(uri, shards), max_rows)
     while entries := list(itertools.islice(rows, LOOKUP_ROWS)):
         done = committed.contains([entry[schema.UTTERANCE_ID] for entry in entries])
         for entry, is_committed in zip(entries, done):
@@ -91,13 +109,18 @@ class RowCounts:
 
 
 def count_rows(manifest_uris: list[str], row_limits: dict[str, int], committed: IdSet,
-               roots: AudioRoots) -> RowCounts:
-    """`scan_manifest` over every manifest (the first `row_limits[uri]` rows where given), summed."""
-    with ThreadPoolExecutor(max_workers=max(1, min(SCAN_THREADS, len(manifest_uris)))) as pool:
-        scans = list(pool.map(lambda uri: scan_manifest(uri, row_limits.get(uri), committed, roots), manifest_uris))
+               roots: AudioRoots, listings: list[ShardListing] | None = None) -> RowCounts:
+    """`scan_manifest` over every manifest (the first `row_limits[uri]` rows where given), summed; or with
+    `listings`, `scan_listing` over a sharded corpus's (`RowsUnknown` for a WebDataset)."""
+    with ThreadPoolExecutor(max_workers=max(1, min(SCAN_THREADS, len(listings or manifest_uris)))) as pool:
+        if listings is not None:
+            scans = list(pool.map(lambda listing: scan_listing(listing, committed, roots), listings))
+        else:
+            scans = list(pool.map(lambda uri: scan_manifest(uri, row_limits.get(uri), committed, roots),
+                                  manifest_uris))
     rows, done = sum(s.rows for s in scans), sum(s.rows_committed for s in scans)
     return RowCounts(rows, done, rows - done, sum(s.audio_s_to_transcribe for s in scans),
                      sum(s.rows_without_duration for s in scans))
 
 
-__all__ = ["AUDIO_SAMPLE", "ManifestScan", "RowCounts", "count_rows", "scan_manifest"]
+__all__ = ["AUDIO_SAMPLE", "ManifestScan", "RowCounts", "RowsUnknown", "count_rows", "scan_listing", "scan_manifest"]

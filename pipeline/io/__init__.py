@@ -7,7 +7,7 @@ The names below are this package's public face, imported lazily (`decoders/expor
 from decoders.exports import lazy_exports
 
 __getattr__, __all__ = lazy_exports(__name__, {
-    "audio": ("AudioError", "LoadedAudio", "load_audio", "load_audio_batch"),
+    "audio": ("AudioBytes", "AudioError", "LoadedAudio", "load_audio", "load_audio_batch"),
     "cache": (
         "DEFAULT_CACHE_DIR", "DEFAULT_MODELS_DIR", "file_lock", "lms_dir", "models_dir", "phrases_dir",
         "word_lms_dir",

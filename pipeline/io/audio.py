@@ -115,8 +115,17 @@ def load_audio(
     return loaded
 
 
+@dataclass(frozen=True)
+class AudioBytes:
+    """A row's encoded audio already in memory (a tar shard's member, `pipeline/io/shards.py`), decoded as a fetched
+    file is (`decode_audio`); `name` is what its errors call it ("s3://b/audio_3.tar member x.flac")."""
+
+    name: str
+    data: bytes
+
+
 def load_audio_batch(
-    uris: Sequence[str],
+    uris: Sequence[str | AudioBytes],
     sample_rate: int,
     offsets_s: Sequence[float | None],
     durations_s: Sequence[float | None],
@@ -128,7 +137,7 @@ def load_audio_batch(
     Rows naming the same file share one open of it, read in order of offset: the cuts of one recording read
     by range what they need, once (`RangeReader`), and a file read whole is fetched once for all its rows.
     An offset None is 0; a duration None or 0 is "to the end". A lone row of a whole file is read as
-    `load_audio` reads it (`read_bytes`, then `decode_audio`).
+    `load_audio` reads it (`read_bytes`, then `decode_audio`). A row given as `AudioBytes` is decoded from them.
     """
     if not len(uris) == len(offsets_s) == len(durations_s) == len(channels):
         raise ValueError(f"uris, offsets_s, durations_s and channels must have one entry per row, got "
@@ -138,6 +147,11 @@ def load_audio_batch(
     results: list[LoadedAudio | AudioError | None] = [None] * len(uris)
     rows_of: dict[str, list[int]] = {}
     for row, uri in enumerate(uris):
+        if isinstance(uri, AudioBytes):
+            results[row] = _row_outcome(uri.name, decode_audio, memoryview(uri.data), sample_rate,
+                                        offsets_s[row] or 0.0, durations_s[row] or None, channels[row], limits,
+                                        uri.name)
+            continue
         try:
             _check_request(uri, offsets_s[row] or 0.0, durations_s[row] or None, channels[row], limits)
         except AudioError as error:

@@ -62,6 +62,12 @@ filesystem on every backend, never above an object store's bucket (`resolve_audi
 local paths. A local manifest name is a glob only where no file has that name (`expand_manifest_uris`), and
 is never parsed as an fsspec chain: `x::y.json` is that file.
 
+Sharded corpora (`InShards`; pipeline/io/shards.py, docs/shards.md). A NeMo tarred manifest's lines and a Lhotse
+Shar cuts file's cuts name a member of a tar shard: read with `shards`, a row's `audio_filepath` is the shard and
+`shard_member` the member (a NeMo line's `audio_filepath`, `-subN` taken off; a cut's id), and its id hashes the shard
+and member instead of a path (`member_identity`). A NeMo line also needs an integer `shard_id` naming one of the
+shards (else an error row naming it); a Shar cut's offset is 0 and its channel null (its tar holds the cut's audio).
+
 `sniff_manifest` looks at a manifest's first MiB before a job starts, to name manifests with nothing to read.
 """
 
@@ -72,16 +78,18 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from decoders.boosting import PhraseListError, split_phrase
 from pipeline import schema
 from pipeline.io.manifest_file import LIMIT_REACHED, SURROGATE, Broken, cause, decode_line, manifest_lines
+from pipeline.io.shards import nemo_member
 from pipeline.io.uris import expand_manifest_uris, resolve_audio_path
 
-__all__ = ["expand_manifest_uris", "parse_line", "read_manifest", "resolve_audio_path", "sniff_manifest",
-           "utterance_identity"]
+__all__ = ["InShards", "expand_manifest_uris", "member_identity", "parse_line", "read_manifest", "resolve_audio_path",
+           "sniff_manifest", "utterance_identity"]
 
 NEMO_KEYS = ("audio_filepath", "duration", "offset", "text")
 NEMO_ID_KEYS = ("id", "utterance_id", "utt_id")  # the first usable one is a NeMo line's own id
@@ -117,10 +125,10 @@ def _error_identity(uri: str, what: str, raw: bytes = b"") -> str:
 
 
 
-def read_manifest(uri: str) -> Iterator[dict[str, Any]]:
+def read_manifest(uri: str, shards: InShards | None = None) -> Iterator[dict[str, Any]]:
     """Every non-blank line of one manifest as a row with the columns of `schema.INPUT_COLUMNS` (see
     `parse_line`), plus one error row where the file cannot be opened or read on, or is binary (see the
-    module docstring). Never raises."""
+    module docstring). `shards`: the manifest lists a sharded corpus's members (`InShards`). Never raises."""
     for item in manifest_lines(uri):
         if isinstance(item, Broken):
             yield _error_row(uri, item.line_number, item.message, _error_identity(uri, item.what))
@@ -130,7 +138,7 @@ def read_manifest(uri: str) -> Iterator[dict[str, Any]]:
         if problem is not None:
             yield _error_row(uri, line_number, problem, _error_identity(uri, "line", raw))
         elif text.strip():
-            yield parse_line(text, uri, line_number, raw)
+            yield parse_line(text, uri, line_number, raw, shards)
 
 
 def sniff_manifest(uri: str) -> str | None:
@@ -185,6 +193,7 @@ def _row(uri: str, line_number: int, utterance_id: str, **values: Any) -> dict[s
         schema.LINE: line_number,
         schema.SOURCE_ID: None,
         schema.AUDIO_FILEPATH: "",
+        schema.SHARD_MEMBER: None,
         schema.OFFSET: 0.0,
         schema.DURATION: 0.0,
         schema.CHANNEL: None,
@@ -212,18 +221,40 @@ def _json_problem(error: json.JSONDecodeError, line: str) -> str:
     return f"malformed JSON ({what} at column {error.colno})"
 
 
-def parse_line(line: str, uri: str, line_number: int, raw: bytes | None = None) -> dict[str, Any]:
+def parse_line(line: str, uri: str, line_number: int, raw: bytes | None = None,
+               shards: InShards | None = None) -> dict[str, Any]:
     """One manifest line (text) -> one row with the columns of `schema.INPUT_COLUMNS`; an error row naming the
-    manifest and line if it cannot be used. `raw`, the line's bytes in the file, makes an error row's id."""
+    manifest and line if it cannot be used. `raw`, the line's bytes in the file, makes an error row's id. With
+    `shards`, the line lists a member of a sharded corpus (`InShards`, `shard_row_values`)."""
     raw = line.encode("utf-8", "surrogatepass") if raw is None else raw
     try:
-        return _parse(line, uri, line_number, raw)
+        return _parse(line, uri, line_number, raw, shards)
     except Exception as error:  # a bug here must cost one row, not the manifest
         return _error_row(uri, line_number, f"cannot read the line ({cause(error)})",
                           _error_identity(uri, "line", raw))
 
 
-def _parse(line: str, uri: str, line_number: int, raw: bytes) -> dict[str, Any]:
+@dataclass(frozen=True)
+class InShards:
+    """Where the lines of a sharded corpus's listing keep their audio (`pipeline/io/shards.py`).
+
+    A NeMo tarred manifest's line names its member (`audio_filepath`) and its shard (`shard_id`, a key of `tars`,
+    shard id -> tar URI); a Lhotse Shar cuts file's cut is the member `{cut id}.<ext>` of its one recording tar
+    (`shar_tar`), which holds the cut's audio from its start (offset 0) and only its channels (channel null).
+    The row's `audio_filepath` is the tar, `shard_member` the member, and its id `utterance_identity` of
+    `member_identity(tar, member)`, offset, duration, channel and the line's own id: stable across reruns.
+    """
+
+    tars: dict[int, str]
+    shar_tar: str | None = None
+
+
+def member_identity(tar_uri: str, member: str) -> str:
+    """What stands for a shard member's audio in its `utterance_identity`: the tar and the member's name."""
+    return f"{tar_uri}#{member}"
+
+
+def _parse(line: str, uri: str, line_number: int, raw: bytes, shards: InShards | None = None) -> dict[str, Any]:
     def error_row(message: str, source_id: str | None = None) -> dict[str, Any]:
         return _error_row(uri, line_number, message, _error_identity(uri, "line", raw), source_id)
 
@@ -243,6 +274,8 @@ def _parse(line: str, uri: str, line_number: int, raw: bytes) -> dict[str, Any]:
     if not isinstance(entry, dict):
         return error_row(f"expected a JSON object, got {type(entry).__name__}")
     is_cut = "recording" in entry or "supervisions" in entry
+    if shards is not None:
+        return _shard_row(entry, uri, line_number, shards, error_row)
     id_key, given_id = _cut_id(entry) if is_cut else _nemo_id(entry)
     try:
         values = _cut_values(entry, given_id) if is_cut else _nemo_values(entry, id_key)
@@ -253,6 +286,44 @@ def _parse(line: str, uri: str, line_number: int, raw: bytes) -> dict[str, Any]:
     return _row(uri, line_number, utterance_identity(
         audio, values[schema.OFFSET], values[schema.DURATION], channel, given_id), **{
         schema.SOURCE_ID: given_id, schema.AUDIO_FILEPATH: audio, **values})
+
+
+def _shard_row(entry: dict[str, Any], uri: str, line_number: int, shards: InShards,
+               error_row: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    """A listing's line of a sharded corpus -> its row (`InShards`)."""
+    if shards.shar_tar is not None:
+        id_key, given_id = _cut_id(entry)
+        try:
+            if given_id is None:
+                raise _Unusable(f"a Lhotse cut needs a string 'id', got {_shown(entry.get('id'))}")
+            supervisions = entry.get("supervisions") if isinstance(entry.get("supervisions"), list) else []
+            texts = [_reference_text(s.get("text")) for s in supervisions if isinstance(s, dict)]
+            custom = entry.get("custom")
+            name = f"cut {_shown(given_id)}"
+            values = {schema.OFFSET: 0.0, schema.DURATION: _seconds(entry, "duration", required=True),
+                      schema.CHANNEL: None, schema.REFERENCE_TEXT: " ".join(t for t in texts if t),
+                      schema.EXTRA: _extra_json({k: v for k, v in entry.items() if k not in LHOTSE_KEYS}),
+                      schema.PHRASES: _phrases(custom.get("phrases"), f"{name}: 'custom.phrases'")
+                      if isinstance(custom, dict) else None}
+        except _Unusable as error:
+            return error_row(str(error), given_id)
+        tar, member = shards.shar_tar, given_id
+    else:
+        id_key, given_id = _nemo_id(entry)
+        try:
+            values = _nemo_values(entry, id_key)
+            shard = entry.get("shard_id")
+            if not _is_int(shard):
+                raise _Unusable(f"a NeMo tarred manifest's line needs an integer 'shard_id', got {_shown(shard)}")
+            if shard not in shards.tars:
+                raise _Unusable(f"shard_id {shard}: no such shard among the {len(shards.tars)} named (--tarred-audio, "
+                                f"or audio_{shard}.tar beside the manifest)")
+        except _Unusable as error:
+            return error_row(str(error), given_id)
+        tar, member = shards.tars[shard], nemo_member(values.pop("audio"))
+    return _row(uri, line_number, utterance_identity(
+        member_identity(tar, member), values[schema.OFFSET], values[schema.DURATION], values.get(schema.CHANNEL),
+        given_id), **{schema.SOURCE_ID: given_id, schema.AUDIO_FILEPATH: tar, schema.SHARD_MEMBER: member, **values})
 
 
 def _nesting_depth(line: str) -> int:

@@ -8,7 +8,8 @@ naming the manifest, line and cause, and is written like any other row. Nothing 
 1. `ReadManifests` (CPU; `pipeline/stages/read.py`): manifest URIs -> one row per line, minus the rows an earlier
    run already committed.
 2. `LoadAudio` (CPU; `pipeline/stages/audio.py`): fetch, decode, mix down, slice and resample each row's audio ->
-   `samples`.
+   `samples`. A sharded corpus (docs/shards.md) has `ReadShards` (a task per shard with rows left) and `LoadShards`
+   (`pipeline/stages/shards.py`: a shard per call, its tar streamed once, its members decoded by `LoadAudio`) instead.
 3. `TranscribeBatch` (GPU, or CPU with fractional CPUs; `pipeline/stages/asr.py`): a window of rows -> length
    buckets -> encoder and decoding -> token ids with frames (or, where the plan has the writer search, compact
    blank-collapsed CTC log-probs).
@@ -39,7 +40,8 @@ __getattr__, __all__ = lazy_exports(__name__, {
     "audio": ("LoadAudio",),
     "bucketing": ("padded_seconds", "padding_efficiency", "plan_batches"),
     "chunks": ("check_attention",),
-    "read": ("ReadManifests",),
-    "rows": ("summarize",),
+    "read": ("ReadManifests", "ReadShards"),
+    "rows": ("RunTotals", "summarize"),
+    "shards": ("LoadShards",),
     "write": ("FinishAndWrite",),
 })
