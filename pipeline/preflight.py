@@ -1,5 +1,6 @@
 """What a job refuses before any cluster work, each check written once: a local model, LM or phrase list that is
-missing or unusable, a decoding the model cannot run (its strategy, its long-audio attention, its calibration), and
+missing or unusable, a decoding the model cannot run (its strategy, its long-audio attention, its calibration), a
+voice-activity model that cannot load for `--segment vad`, and
 GPUs asked of a cluster that has none (`asr_device`, once the job has joined its cluster, before any actor starts).
 
 Every job runs these before Ray starts, so that a mistake costs one line and no cluster; `pipeline/graph.py` plans
@@ -16,6 +17,7 @@ from pipeline.config import TranscribeJobConfig
 from pipeline.decoding import DecodingPlan, plan_decoding
 from pipeline.io import local_path
 from pipeline.io.redact import redact
+from pipeline.io.vad import vad_problem
 from pipeline.model import ModelFacts
 from pipeline.stages import check_attention
 
@@ -83,6 +85,9 @@ def check_transcription(config: TranscribeJobConfig) -> None:
         problem = phrase_list_problem(phrases_path, name=phrases_uri)
         if problem:
             raise PreflightError(f"--phrases {problem}")
+    segment_problem = vad_problem(config.long_audio.segment, config.long_audio.chunk_s)
+    if segment_problem:
+        raise PreflightError(segment_problem)
     model_path = local_path(model_uri)
     if model_path is None:
         return

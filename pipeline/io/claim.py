@@ -92,13 +92,20 @@ def read_identity(output_uri: str) -> dict[str, Any] | None:
     return None
 
 
+# settings added by a later version whose default is not what earlier versions did: an identity written before the
+# setting existed is read with the value that describes its rows (section -> key -> the earlier behaviour)
+EARLIER_BEHAVIOUR = {"long_audio": {"segment": "pauses"}}  # before voice-activity segmentation, long rows were cut
+# at energy pauses; resuming such an output with the new default (vad) would mix two kinds of rows
+
+
 def identity_differences(earlier: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """(setting, its value in `earlier`, its value `now`) for each setting that differs, as `section.key` in name
-    order. A setting that only one of the two knows (added by a later version) does not make them differ."""
+    order. A setting that only one of the two knows (added by a later version) does not make them differ, unless
+    its default changed what the rows are (`EARLIER_BEHAVIOUR`: it is then compared as the earlier behaviour)."""
     now = json.loads(json.dumps(now))  # as it will be stored: tuples become lists
     found = []
     for section in sorted(set(earlier) & set(now)):
-        before, after = earlier[section] or {}, now[section] or {}
+        before, after = {**EARLIER_BEHAVIOUR.get(section, {}), **(earlier[section] or {})}, now[section] or {}
         found += [(f"{section}.{key}", before[key], after[key])
                   for key in sorted(set(before) & set(after)) if before[key] != after[key]]
     return found

@@ -35,17 +35,27 @@ from pipeline.schema import (
     DECODING_BUSY_S,
     ENCODER_BUSY_S,
     ENERGIES,
+    INLINE_RANGES,
     PADDED_S,
     SAMPLES,
     SCORE,
     SECOND_TOKENS,
+    SPEECH_RANGES,
     TOKEN_CONFIDENCE,
     TOKEN_DURATIONS,
     TOKEN_FRAMES,
     TOKENS,
 )
 from pipeline.stages.bucketing import padded_seconds, plan_batches
-from pipeline.stages.chunks import Chunk, ChunkTokens, frame_energies_db, merge_compact_ctc, merge_tokens, plan_chunks
+from pipeline.stages.chunks import (
+    Chunk,
+    ChunkTokens,
+    frame_energies_db,
+    merge_compact_ctc,
+    merge_tokens,
+    plan_chunks,
+    segment_chunks,
+)
 from pipeline.stages.rows import ENERGY_FRAMES_PER_S, mark_failed, ok_rows, set_column, share_busy_s
 
 ModelLoader = Callable[[ModelConfig, str], AsrModel]
@@ -72,6 +82,11 @@ def _hops_to_frames(energies_db: list[float] | None, frame_shift_s: float) -> np
     return 10 * np.log10(power.reshape(-1, hops).mean(axis=1))
 
 
+def _pairs(flat: list[int] | None) -> list[tuple[int, int]]:
+    """A flattened list of ranges (s0, e0, s1, e1, ...) -> [(s0, e0), ...]."""
+    return list(zip(flat[0::2], flat[1::2])) if flat else []
+
+
 def _samples(column: pa.ChunkedArray, index: int) -> np.ndarray:
     return column[index].values.to_numpy(zero_copy_only=False)  # a view: pad_waveforms copies it once
 
@@ -79,8 +94,10 @@ def _samples(column: pa.ChunkedArray, index: int) -> np.ndarray:
 class TranscribeBatch:
     """GPU stage: a window of rows -> length buckets -> encoder + decoding -> tokens with frames per row.
 
-    A row longer than `long_audio.chunk_s` is cut into overlapping chunks (`pipeline/stages/chunks.py`) that join the
-    buckets beside short rows, and its chunks' results are merged back into the row, at the recording's frames.
+    A row longer than `long_audio.chunk_s` is cut into chunks (`pipeline/stages/chunks.py`) that join the buckets
+    beside short rows, and its chunks' results are merged back into the row, at the recording's frames: a chunk per
+    speech segment where the audio stage found them (`speech_ranges`; their samples, only the speech, in `samples`
+    with `inline_ranges`, or read again by range past `INLINE_SPEECH_S`), else chunks at pauses or of fixed length.
     Batches are sized for the model and the actor's memory (`pipeline/model/memory.py::BatchSizing`): rows per
     batch at each length, and the longest piece decoded whole; a row longer than that is cut into chunks of that
     length even where `long_audio.chunk_s` is longer or 0, said once. Rows already in error pass through. A bucket
@@ -212,7 +229,39 @@ class TranscribeBatch:
             failed.update(unusable)
             rows = [index for index in rows if index not in failed]
         sample_rate = self.model.sample_rate if rows else 1
+        speech_ranges = (table.column(SPEECH_RANGES).to_pylist() if SPEECH_RANGES in table.column_names
+                         else [None] * table.num_rows)
+        held_ranges = (table.column(INLINE_RANGES).to_pylist() if INLINE_RANGES in table.column_names
+                       else [None] * table.num_rows)
+        inline: dict[int, int] = {}  # piece of a row cut by voice activity -> where its samples start in `samples`
+        silent: list[int] = []  # rows cut by voice activity with no speech at all
         for index in rows:
+            if speech_ranges[index] is not None:  # cut by voice activity: a chunk per speech segment
+                segments = _pairs(speech_ranges[index])
+                num_samples = max([round(audio_s[index] * sample_rate)] + [end for _, end in segments])
+                chunks = segment_chunks(segments, num_samples, round(self.model.frame_shift_s * sample_rate))
+                if not chunks:
+                    silent.append(index)
+                    continue
+                if not chunked_read[index]:
+                    held = _pairs(held_ranges[index])
+                    starts = np.cumsum([0] + [end - start for start, end in held])
+                    places = []  # where each chunk's samples start among those passed on
+                    for chunk in chunks:
+                        within = [k for k, (start, end) in enumerate(held)
+                                  if start <= chunk.start_sample and chunk.end_sample <= end]
+                        if not within:
+                            failed[index] = (f"{uris[index]}: a speech segment's encoder frames "
+                                             f"({chunk.start_sample}-{chunk.end_sample}) reach past the samples the "
+                                             "audio stage passed on")
+                            break
+                        places.append(int(starts[within[0]]) + chunk.start_sample - held[within[0]][0])
+                    if index not in failed:
+                        inline.update((len(pieces) + k, place) for k, place in enumerate(places))
+                        pieces += [(index, chunk) for chunk in chunks]
+                    continue
+                pieces += [(index, chunk) for chunk in chunks]
+                continue
             if chunked_read[index]:
                 chunks = self._chunks(round(audio_s[index] * sample_rate), always=True,
                                       energies_db=_hops_to_frames(table.column(ENERGIES)[index].as_py(),
@@ -228,7 +277,10 @@ class TranscribeBatch:
         def in_memory(piece: int) -> np.ndarray:
             index, chunk = pieces[piece]
             samples = _samples(column, index)
-            return samples if chunk is None else samples[chunk.start_sample: chunk.end_sample]
+            if chunk is None:
+                return samples
+            start = inline.get(piece, chunk.start_sample)  # a segment's place among the speech passed on
+            return samples[start: start + chunk.end_sample - chunk.start_sample]
 
         sizing = self.sizing
         buckets = plan_batches(piece_s, sizing.batch_audio_s, sizing.max_batch_size, sizing.max_rows) if pieces else []
@@ -248,7 +300,8 @@ class TranscribeBatch:
                                       f"{uris[index]}: cannot load audio ({type(error).__name__}: {error})")
                     continue
                 chunk = pieces[piece][1]
-                read_samples[index] = max(read_samples.get(index, 0), chunk.start_sample + len(waveforms[piece]))
+                if speech_ranges[index] is None:  # a row cut by voice activity was measured whole by LoadAudio
+                    read_samples[index] = max(read_samples.get(index, 0), chunk.start_sample + len(waveforms[piece]))
             if number + 1 < len(buckets):  # the next bucket's chunks are read while this one is encoded
                 reads.update(self._read_ahead(table, pieces, buckets[number + 1], chunked_read))
             bucket = [piece for piece in bucket if pieces[piece][0] not in failed]
@@ -281,7 +334,10 @@ class TranscribeBatch:
         for (index, chunk), result in zip(pieces, results):
             by_row.setdefault(index, []).append((chunk, result))
         merged = {index: self._merge(row_pieces) for index, row_pieces in by_row.items() if index not in failed}
-        table = mark_failed(table.drop_columns([SAMPLES]), failed)
+        for index in silent:  # nothing decoded: no tokens
+            merged[index] = self._merge([(Chunk(0, 0, 0, 0), self._nothing())])
+        table = mark_failed(table.drop_columns([name for name in (SAMPLES, SPEECH_RANGES, INLINE_RANGES)
+                                                if name in table.column_names]), failed)
         if read_samples:  # what was read of the rows read in chunks: measured, as LoadAudio measures the others
             measured = table.column(schema.AUDIO_DURATION).to_pylist()
             for index, samples in read_samples.items():

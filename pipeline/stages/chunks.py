@@ -6,23 +6,25 @@ trained on single utterances decode several joined ones much worse: docs/long_au
 overlap where no pause comes. Every chunk starts on a whole encoder frame of the recording (a multiple of
 `samples_per_frame`, the preprocessor's hop times the encoder's subsampling), so a chunk's frame t is the
 recording's frame `chunk.start_frame + t` exactly: word times are whole frames from the recording's start, and no
-rounding is ever summed across chunks (the drift NeMo's chunked inference has, NeMo #16072). Nothing is dropped:
-chunks cover every frame, pauses included (a voice-activity cut that drops "silence" loses speech when it is
-mistuned, WhisperX #828, #931).
+rounding is ever summed across chunks (the drift NeMo's chunked inference has, NeMo #16072). Cut at pauses, nothing
+is dropped: chunks cover every frame, pauses included. Cut by voice activity (`long_audio.segment = "vad"`, the
+default), each speech segment (`pipeline/stages/segments.py`) is a chunk on whole frames (`segment_chunks`), and the
+frames between them are never decoded (a mistuned VAD loses speech, WhisperX #828, #931: its threshold, padding and
+minimum silence are settings).
 
 The chunks join the ASR stage's length buckets beside short utterances; afterwards the chunks of a recording are
 merged into one hypothesis:
 
-- Tokens (every strategy decoded in the ASR stage; `merge_tokens`): chunks that meet in a pause are simply
-  joined. Overlapping neighbours are joined at a word both decoded in their overlap, at the same frames within
-  `ALIGN_FRAMES`, the one nearest the middle of the overlap: the left chunk keeps its words before it and the
-  right chunk gives it and the words after. Where the two agree on no word there, the cut is the middle of the
-  overlap, at word starts on both sides. So a word cut in two by a chunk's edge comes from the chunk that heard
-  it whole, once, at its own frames; a plain middle cut would double or drop a word whose start the two chunks
-  place on either side of the middle (tests/pipeline/stages/test_chunks.py).
+- Tokens (every strategy decoded in the ASR stage; `merge_tokens`): chunks that meet in a pause, or that a gap of
+  non-speech separates, are simply joined. Overlapping neighbours are joined at a word both decoded in their
+  overlap, at the same frames within `ALIGN_FRAMES`, the one nearest the middle of the overlap: the left chunk keeps
+  its words before it and the right chunk gives it and the words after. Where the two agree on no word there, the
+  cut is the middle of the overlap, at word starts on both sides. So a word cut in two by a chunk's edge comes from
+  the chunk that heard it whole, once, at its own frames; a plain middle cut would double or drop a word whose start
+  the two chunks place on either side of the middle (tests/pipeline/stages/test_chunks.py).
 - CTC log-probs for the writer's search (`ctc_beam`; `merge_compact_ctc`): per frame, so the chunks' frames are
   joined at the middle of each overlap and the beam search runs once over the whole recording, with its LM
-  context unbroken.
+  context unbroken; between speech segments the frames that were not decoded are simply not there.
 
 Dims: U tokens, T' frames after blank collapse, V labels with blank.
 """
@@ -121,6 +123,23 @@ def plan_chunks(num_samples: int, samples_per_frame: int, chunk_frames: int, ove
     spans.append((start, total))
     return [Chunk(first * samples_per_frame, min(end * samples_per_frame, num_samples), first, end)
             for first, end in spans]
+
+
+def segment_chunks(segments: Sequence[tuple[int, int]], num_samples: int, samples_per_frame: int) -> list[Chunk]:
+    """Speech segments ([start, end) samples of the recording, in order) -> their chunks on whole encoder frames: the
+    start rounded down and the end up to a frame (clipped to `num_samples`), so that a chunk's frame t is the
+    recording's frame `start_frame + t`; a chunk that would overlap the one before starts where it ends. The audio
+    between chunks is never decoded: merged, the chunks' frames simply skip it (`merge_tokens`)."""
+    if samples_per_frame < 1:
+        raise ValueError(f"samples_per_frame must be >= 1, got {samples_per_frame}")
+    chunks: list[Chunk] = []
+    for start, end in segments:
+        first, last = start // samples_per_frame, -(-min(end, num_samples) // samples_per_frame)
+        if chunks and first < chunks[-1].end_frame:
+            first = chunks[-1].end_frame
+        if last > first:
+            chunks.append(Chunk(first * samples_per_frame, min(last * samples_per_frame, num_samples), first, last))
+    return chunks
 
 
 @dataclass(frozen=True)

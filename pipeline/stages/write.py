@@ -147,6 +147,9 @@ class FinishAndWrite:
             schema.CONFIDENCE: confidence,
             schema.SECOND_HEAD_TEXT: second_texts,
             schema.HEAD_AGREEMENT: agreements,
+            # a row cut by voice activity: its speech segments and their share (the audio stage's; null otherwise)
+            **{name: table.column(name) for name in (schema.SPEECH_SEGMENTS, schema.SPEECH_SHARE)
+               if name in table.column_names},
             schema.MODEL: [self.model_id] * table.num_rows,
             schema.DECODING: self._descriptions(table),
         })

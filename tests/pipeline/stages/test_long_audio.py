@@ -1,9 +1,11 @@
 """Long recordings through the job's stages on the bundled model: cut into chunks at pauses, merged back into one
-row with word times at the recording's frames, read chunk by chunk by the ASR stage, and bad long inputs."""
+row with word times at the recording's frames, read chunk by chunk by the ASR stage, and bad long inputs; cut into
+speech segments by voice activity: no words from music, noise or silence, and a row on S3 fetched about once."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +25,7 @@ from pipeline.stages.audio import LoadAudio
 pytestmark = pytest.mark.nemo
 
 RATE = 16000
-CHUNKS = LongAudioConfig(chunk_s=8.0, overlap_s=2.0)
+CHUNKS = LongAudioConfig(chunk_s=8.0, overlap_s=2.0, segment="pauses")
 
 
 @pytest.fixture(scope="module")
@@ -117,11 +119,13 @@ def decoded_text(model, decoded, plan):
     return " ".join(t.text for t in transcripts(model, decoded, plan))
 
 
-@pytest.mark.parametrize("strategy", ["ctc_beam", "alsd", "ctc_greedy", "wind_greedy"])
-def test_every_strategy_decodes_a_chunked_recording(model, recording, tmp_path, strategy):
+@pytest.mark.parametrize("strategy, segment", [("ctc_beam", "pauses"), ("alsd", "pauses"), ("ctc_greedy", "pauses"),
+                                               ("wind_greedy", "pauses"), ("ctc_beam", "vad"), ("alsd", "vad")])
+def test_every_strategy_decodes_a_chunked_recording(model, recording, tmp_path, strategy, segment):
+    """Cut at pauses, or into speech segments (the writer's CTC search then runs over the segments' frames joined)."""
     path, samples, _ = recording
     table = rows(tmp_path, [{"audio_filepath": str(path), "duration": len(samples) / RATE}])
-    _, decoded, plan = decode(model, table, CHUNKS, strategy)
+    _, decoded, plan = decode(model, table, LongAudioConfig(chunk_s=8.0, overlap_s=2.0, segment=segment), strategy)
     assert decoded.column(schema.STATUS).to_pylist() == ["ok"]
     if plan.writer_searches:
         search = plan.build_writer_search(model)
@@ -282,3 +286,143 @@ def test_a_batch_that_runs_out_of_memory_is_decoded_row_by_row_and_halves_later_
     assert stage.sizing.budget_bytes == 2.0 * (1 << 30)
     said = [r.getMessage() for r in caplog.records if "ran out of memory" in r.getMessage()]
     assert len(said) == 1 and "2.0 GiB" in said[0], said
+
+
+# ---- cut by voice activity (pipeline/stages/segments.py) ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def utterances():
+    entries = list(read_manifest(str(BUNDLED_MANIFEST)))[:6]
+    return [(soundfile.read(e[schema.AUDIO_FILEPATH], dtype="float32")[0], e[schema.REFERENCE_TEXT]) for e in entries]
+
+
+def non_speech(kind: str, seconds: float, rng) -> np.ndarray:
+    """Music-like tones (chords changing every 0.4 s), noise, or silence."""
+    length = int(seconds * RATE)
+    if kind == "noise":
+        return (0.05 * rng.standard_normal(length)).astype(np.float32)
+    if kind == "silence":
+        return np.zeros(length, np.float32)
+    t = np.arange(length) / RATE
+    notes = 220 * 2 ** (rng.integers(0, 12, (int(seconds / 0.4) + 1, 3)) / 12)
+    chord = notes[(t / 0.4).astype(int)]
+    return (0.05 * np.sin(2 * np.pi * chord * t[:, None]).sum(axis=1)).astype(np.float32)
+
+
+def decode_rows(model, table, long_audio, strategy="greedy"):
+    from pipeline.decoding.plan import DecodingConfig, plan_decoding
+    from pipeline.decoding.recognize import transcript_of
+    from pipeline.model.nemo_file import read_model_facts
+    from pipeline.stages.asr import TranscribeBatch
+
+    plan = plan_decoding(read_model_facts(str(BUNDLED_MODEL)), DecodingConfig(strategy=strategy))
+    audio = LoadAudio(RATE, long_audio=long_audio)(table)
+    decoded = TranscribeBatch(ModelConfig(uri=str(BUNDLED_MODEL)), plan, ResourcesConfig(), long_audio=long_audio,
+                              load=lambda *_: model)(audio)
+    assert decoded.column(schema.STATUS).to_pylist() == ["ok"] * table.num_rows, decoded.column(schema.ERROR)
+    columns = [decoded.column(c).to_pylist() for c in (schema.TOKENS, schema.TOKEN_FRAMES, schema.TOKEN_DURATIONS,
+                                                       schema.SCORE)]
+    return audio, decoded, [transcript_of(model, plan.span_kind, *values) for values in zip(*columns)]
+
+
+def manifest_rows(tmp_path, paths, durations_s):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text("".join(json.dumps({"audio_filepath": str(p), "duration": d}) + "\n"
+                                for p, d in zip(paths, durations_s)))
+    return pa.Table.from_pylist(list(read_manifest(str(manifest))), schema=schema.INPUT_SCHEMA)
+
+
+@pytest.mark.nemo
+def test_no_words_come_out_of_music_noise_or_silence(model, utterances, tmp_path):
+    rng = np.random.default_rng(1)
+    pieces, speech, stretches, position = [], [], [], 0
+    for (samples, _), kind in zip(utterances, ["tones", "noise", "silence", "tones", "noise", "silence"]):
+        gap = np.concatenate([(1e-3 * rng.standard_normal(RATE // 2)).astype(np.float32),
+                              non_speech(kind, 3.0, rng), np.zeros(RATE // 2, np.float32)])
+        stretches.append(((position + RATE // 2) / RATE, (position + RATE // 2) / RATE + 3.0))
+        position += len(gap)
+        speech.append((position / RATE, (position + len(samples)) / RATE))
+        pieces += [gap, samples]
+        position += len(samples)
+    recording = np.concatenate(pieces)
+    path = tmp_path / "mixed.flac"
+    soundfile.write(path, recording, RATE)
+    table = manifest_rows(tmp_path, [path], [len(recording) / RATE])
+    audio, decoded, (transcript,) = decode_rows(model, table, LongAudioConfig(chunk_s=10.0, overlap_s=2.0))
+    inside = [(w.text, w.start_s) for w in transcript.words
+              if any(low + 0.2 < w.start_s < high - 0.2 for low, high in stretches)]
+    assert not inside, inside
+    segments = decoded.column(schema.SPEECH_SEGMENTS)[0].as_py()
+    decoded_s = sum(s["end"] - s["start"] for s in segments)
+    total_s = len(recording) / RATE
+    assert decoded.column(schema.SPEECH_SHARE)[0].as_py() == pytest.approx(decoded_s / total_s)
+    assert decoded_s <= 0.8 * total_s  # 18 s of non-speech out of about 42
+    for low, high in speech:  # every utterance is in segments (one, or two where it pauses for breath)
+        inside_segments = [s for s in segments if s["end"] > low and s["start"] < high]
+        assert inside_segments and inside_segments[0]["start"] <= low + 0.2 and \
+            high - 0.2 <= inside_segments[-1]["end"], (low, high, segments)
+    # the speech passed on is about what was decoded: the row is not carried whole
+    assert len(audio.column(schema.SAMPLES)[0].values) < (decoded_s + 0.32 * len(segments)) * RATE
+    # the pauses' way decodes words in the non-speech (what this replaces)
+    _, _, (paused,) = decode_rows(model, table, LongAudioConfig(chunk_s=10.0, overlap_s=2.0, segment="pauses"))
+    assert any(low + 0.2 < w.start_s < high - 0.2 for w in paused.words for low, high in stretches)
+
+
+@pytest.mark.nemo
+def test_a_recording_of_only_non_speech_has_no_words_and_short_rows_are_decoded_whole(model, utterances, tmp_path):
+    rng = np.random.default_rng(2)
+    quiet = tmp_path / "quiet.flac"
+    soundfile.write(quiet, np.concatenate([non_speech("tones", 6.0, rng), non_speech("silence", 6.0, rng)]), RATE)
+    short = tmp_path / "short.flac"
+    soundfile.write(short, utterances[0][0], RATE)
+    table = manifest_rows(tmp_path, [quiet, short], [12.0, len(utterances[0][0]) / RATE])
+    _, decoded, (nothing, alone) = decode_rows(model, table, LongAudioConfig(chunk_s=10.0, overlap_s=2.0))
+    assert nothing.words == [] and decoded.column(schema.SPEECH_SEGMENTS).to_pylist() == [[], None]
+    assert decoded.column(schema.SPEECH_SHARE).to_pylist() == [0.0, None]
+    assert alone.text
+    # the writer commits them as output columns
+    import pyarrow.parquet as pq
+
+    from pipeline.decoding.plan import DecodingConfig, plan_decoding
+    from pipeline.model.nemo_file import read_model_facts
+    from pipeline.stages.write import FinishAndWrite
+
+    plan = plan_decoding(read_model_facts(str(BUNDLED_MODEL)), DecodingConfig())
+    FinishAndWrite(ModelConfig(uri=str(BUNDLED_MODEL)), plan, str(tmp_path / "out"), "m")(decoded)
+    (part,) = (tmp_path / "out").glob("part-*.parquet")
+    written = pq.read_table(part)
+    assert written.column(schema.SPEECH_SEGMENTS).to_pylist() == [[], None]
+    assert written.column(schema.SPEECH_SHARE).to_pylist() == [0.0, None]
+    assert written.schema == schema.OUTPUT_SCHEMA
+
+
+@pytest.mark.nemo
+def test_a_long_row_on_s3_is_fetched_about_once(model, utterances, tmp_path):
+    pytest.importorskip("moto")
+    pytest.importorskip("s3fs")
+    from tests.support.counting_proxy import CountingProxy
+    from tests.support.s3_server import moto_s3
+
+    rng = np.random.default_rng(3)
+    recording = np.concatenate([np.concatenate([(1e-3 * rng.standard_normal(int(rng.uniform(0.4, 1.2) * RATE)))
+                                                .astype(np.float32), samples]) for samples, _ in utterances * 3])
+    data_path = tmp_path / "long.wav"
+    soundfile.write(data_path, recording, RATE, subtype="PCM_16")
+    size = data_path.stat().st_size
+    with moto_s3("audio") as endpoint:
+        import boto3
+
+        boto3.client("s3", endpoint_url=endpoint).upload_file(str(data_path), "audio", "long.wav")
+        proxy = CountingProxy(endpoint)
+        os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
+        import s3fs
+
+        s3fs.S3FileSystem.clear_instance_cache()
+        table = manifest_rows(tmp_path, ["s3://audio/long.wav"], [len(recording) / RATE])
+        read = {}
+        for segment in ("vad", "pauses"):
+            before = proxy.received
+            decode_rows(model, table, LongAudioConfig(chunk_s=10.0, overlap_s=2.0, segment=segment))
+            read[segment] = (proxy.received - before) / size
+        proxy.close()
+    assert read["vad"] <= 1.2 and read["pauses"] > 1.8, read

@@ -417,7 +417,7 @@ def test_each_stage_worker_imports_only_what_its_stage_needs():
     import sys
 
     script = ("import sys\n"
-              "import pipeline.stages.read, pipeline.stages.audio\n"
+              "import pipeline.stages.read, pipeline.stages.audio, pipeline.stages.shards\n"
               "print('torch' in sys.modules, 'nemo' in sys.modules)\n"
               "import pipeline.stages.write\n"
               "print('nemo' in sys.modules)\n")
