@@ -2,6 +2,7 @@
 
     python jobs/pseudo_label.py --audio 's3://bucket/incoming/**/*.flac' --output s3://bucket/labels
     python jobs/pseudo_label.py --manifest new.json --output out/labels --min-confidence 0.7
+    python jobs/pseudo_label.py --manifest calls.json --output s3://bucket/labels --output-format nemo_tarred shar
 
 Each run:
 1. lists its input: `--manifest` files (as `jobs/transcribe.py` reads them) and `--audio` files or globs (each
@@ -10,11 +11,18 @@ Each run:
 2. transcribes what no earlier run into the same `--output` transcribed with the same model and decoding, with
    word confidence, into OUTPUT/<model and decoding>/transcripts/ (exactly once, as `jobs/transcribe.py`
    writes it; a new model or decoding gets its own folder, beside the old labels);
-3. judges every transcript that no earlier run put in a manifest (`pipeline/labels/filters.py`: error rows, empty
-   text, duration, confidence, characters per second, repeated n-grams) and writes, in
-   OUTPUT/<model and decoding>/runs/<UTC time>/:
-   - `train.json` (NeMo JSON-lines: audio_filepath, duration, offset, text = the pseudo-label, confidence,
-     orig_text) and `train_cuts.jsonl.gz` (Lhotse cuts) of the kept utterances;
+3. cuts every transcript longer than `--max-segment-s` (20 s) between its words into segments of at most that
+   length, at the widest pauses (or in non-speech, where the row has a VAD's speech spans:
+   `pipeline/labels/segments.py`), and judges every transcript or segment that no earlier run put in a manifest
+   (`pipeline/labels/filters.py`: error rows, empty text, duration, confidence, characters per second, repeated
+   n-grams), writing in OUTPUT/<model and decoding>/runs/<UTC time>/:
+   - with `--output-format nemo` (the default): `train.json` (NeMo JSON-lines: audio_filepath, duration, offset
+     (a segment's: into the original audio), text = the pseudo-label, confidence, orig_text) and
+     `train_cuts.jsonl.gz` (Lhotse cuts) of the kept utterances; `--cut-audio` writes each kept segment as its own
+     FLAC in audio/ instead of an offset;
+   - with `nemo_tarred`: nemo_tarred/, a NeMo tarred audio dataset as NeMo's conversion script writes it; with
+     `shar`: shar/, a Lhotse Shar (`pipeline/labels/shards_out.py`): each kept utterance's audio copied once, in
+     shards of at most `--shard-utterances`;
    - `rejected.json`, each line with its `reason`;
    - `report.md`, `report.json` and `confidence.png` (keep rate, and where the input had reference texts the
      WER of kept and rejected utterances, against the confidence threshold);

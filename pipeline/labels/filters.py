@@ -14,8 +14,10 @@ so that a cased, punctuated model's "Yes. No! 42, please?" counts as "yes no for
 model's transcript of the same speech does; the limits stay those measured on lower-case text.
 
 Manifests: `nemo_line` (NeMo JSON-lines: `audio_filepath`, `duration`, `offset` where not 0, `text` = the
-pseudo-label, `confidence`, and the input's own `text` as `orig_text`) and `lhotse_cut` (a Lhotse `MonoCut`
-with its recording and one supervision, as `lhotse.load_manifest` reads `.jsonl.gz`).
+pseudo-label, `confidence`, the input's own `text` as `orig_text`, and for a segment written to its own file
+`source_audio_filepath` and `source_audio_offset`) and `lhotse_cut` (a Lhotse `MonoCut` with its recording, as long
+as the file where known, and one supervision, as `lhotse.load_manifest` reads `.jsonl.gz`). A segment of a longer
+transcript (`pipeline/labels/segments.py`) is a row of the same shape and goes through the same functions.
 
 Audio listed without a manifest (`audio_entries`) gets, per file, an `id` of its URI, size and modification
 time (or ETag), so the transcripts of a rewritten file are not taken for those of the old one.
@@ -124,6 +126,9 @@ def nemo_line(row: dict[str, Any]) -> dict[str, Any]:
     line["confidence"] = row[schema.CONFIDENCE]
     if row[schema.REFERENCE_TEXT]:
         line["orig_text"] = row[schema.REFERENCE_TEXT]
+    for key in ("source_audio_filepath", "source_audio_offset"):  # a segment cut into its own file (--cut-audio)
+        if row.get(key) is not None:
+            line[key] = row[key]
     return line
 
 
@@ -147,7 +152,8 @@ def lhotse_cut(row: dict[str, Any], sample_rate: int) -> dict[str, Any]:
     cut_id = row[schema.UTTERANCE_ID]
     recording_id = "rec-" + hashlib.sha1(row[schema.AUDIO_FILEPATH].encode()).hexdigest()[:16]
     channel = row.get(schema.CHANNEL) or 0
-    total = offset + duration
+    # the recording as long as the file is where known (the segments of one recording then agree on it)
+    total = max(offset + duration, row.get(schema.FILE_DURATION) or 0.0)
     return {
         "id": cut_id, "start": offset, "duration": duration, "channel": channel,
         "supervisions": [{"id": f"{cut_id}-sup", "recording_id": recording_id, "start": 0.0, "duration": duration,

@@ -5,8 +5,11 @@ Labels live in OUTPUT/<model and decoding>/ (`identity_folder`): transcripts/ (e
 writes them) and runs/<UTC time>/, one folder a run. A run folder is finished when it holds `labelled.txt`
 (written last: the ids it labelled); `labelled_before` reads the finished ones and removes any other, so that
 its utterances go into the next run. `prepare_label_run` checks and lists the input before any cluster work;
-`label_run` transcribes, judges (`pipeline/labels/filters.py`) and writes the run (`pipeline/reports/pseudo_label.py`
-for its report).
+`label_run` transcribes, cuts transcripts longer than `max_segment_s` into segments and judges each training
+utterance (`judge_rows`: `pipeline/labels/segments.py`, `pipeline/labels/filters.py`), writes the kept ones' audio
+into shards where asked (`pipeline/labels/shards_out.py`) or, with `cut_audio`, each segment into its own file,
+then the manifests and report (`pipeline/reports/pseudo_label.py`), and last `labelled.txt`. The bookkeeping is per
+transcript row: a row's segments are all in the run that labelled it.
 """
 
 from __future__ import annotations
@@ -28,12 +31,15 @@ from pipeline.io.redact import redact
 from pipeline.labels.filters import (
     LabelFilters,
     audio_entries,
+    duration_of,
     judge,
     lhotse_cut,
     nemo_line,
     rejected_line,
     write_jsonl,
 )
+from pipeline.labels.segments import SEGMENT_OF, SPLIT_PAUSE_S, pack_segment_rows, segment_rows
+from pipeline.labels.shards_out import NEMO, OUTPUT_FORMATS, flac_bytes, read_audio, write_shards
 from pipeline.model import ModelFacts
 from pipeline.preflight import fetched_model
 from pipeline.reports.pseudo_label import build_report, curve, plot, reason_kind, report_markdown
@@ -62,12 +68,30 @@ class LabelConfig:
         help="a calibration map for this model and measure (`benchmarks/confidence.py --write-calibration`): "
              "confidences then read as the share of words right")
     filters: LabelFilters = section("filters (what a kept utterance satisfies)", LabelFilters)
+    output_format: tuple[str, ...] = setting(
+        (NEMO,), "what the kept utterances are written as, one or more: nemo (train.json and train_cuts.jsonl.gz, "
+                 "pointing into the original audio), nemo_tarred (a NeMo tarred audio dataset: audio_K.tar, "
+                 "tarred_audio_manifest.json, metadata.yaml), shar (a Lhotse Shar: cuts.K.jsonl.gz, recording.K.tar); "
+                 "the sharded ones hold each utterance's audio, FLAC at the model's sample rate",
+        choices=OUTPUT_FORMATS, checked=False)
+    shard_utterances: int = setting(1000, "most utterances in one shard of --output-format nemo_tarred or shar "
+                                          "(shards balanced: sizes differ by at most one)", minimum=1)
+    max_segment_s: float = setting(
+        20.0, "a transcript longer than this is cut between words into training utterances of at most this many "
+              "seconds, each filtered on its own; 0: never cut", minimum=0, finite=True)
+    cut_audio: bool = setting(False, "write each segment of a cut transcript as its own FLAC (runs/<time>/audio/), "
+                                     "named by train.json instead of an offset into the original audio")
     cache_dir: str = shared(TranscribeJobConfig, "model.cache_dir")
     device: str = shared(TranscribeJobConfig, "resources.device")
     ray_address: str | None = shared(TranscribeJobConfig, "ray_address")
 
     def __post_init__(self) -> None:
         check_settings(self)
+        unknown = [f for f in self.output_format if f not in OUTPUT_FORMATS]
+        if unknown or not self.output_format or len(set(self.output_format)) != len(self.output_format):
+            raise ValueError(f"output_format must be one or more of {', '.join(OUTPUT_FORMATS)}, each once, got "
+                             f"{' '.join(self.output_format) or 'none'}")
+
 
 @dataclass(frozen=True)
 class LabelInputs:
@@ -191,22 +215,36 @@ def label_run(config: LabelConfig, inputs: LabelInputs, started: float, say: Cal
                      for r in rows]  # reported by an earlier run, tried again, unreadable still: counted only
     still_failing = sum(failing_again)
     rows = [r for r, again in zip(rows, failing_again) if not again]
-    kept, rejected, reasons = [], [], {}
-    for row in rows:
-        reason = judge(row, filters)
-        if reason is None:
-            kept.append(row)
-        else:
-            rejected.append((row, reason))
-            kind = reason_kind(reason)
-            reasons[kind] = reasons.get(kind, 0) + 1
-    run_folder.write("train.json", write_jsonl([nemo_line(r) for r in kept]))
-    run_folder.write("train_cuts.jsonl.gz", gzip.compress(
-        write_jsonl([lhotse_cut(r, inputs.facts.sample_rate) for r in kept]).encode(), mtime=0))
+    units, judged_kept, rejected, segmented, kept = judge_rows(rows, filters, config.max_segment_s)
+    sample_rate = inputs.facts.sample_rate
+    shards = write_shards(kept, run_folder, config.output_format, sample_rate, config.shard_utterances, say)
+    if shards.failed:
+        rejected += [(r, f"error: {shards.failed[r[schema.UTTERANCE_ID]]}") for r in kept
+                     if r[schema.UTTERANCE_ID] in shards.failed]
+        kept = [r for r in kept if r[schema.UTTERANCE_ID] not in shards.failed]
+    if config.cut_audio:
+        kept, failed = cut_segment_audio(kept, run_folder, sample_rate)
+        rejected += failed
+    reasons: dict[str, int] = {}
+    for _, reason in rejected:
+        kind = reason_kind(reason)
+        reasons[kind] = reasons.get(kind, 0) + 1
+    if NEMO in config.output_format:
+        run_folder.write("train.json", write_jsonl([nemo_line(r) for r in kept]))
+        run_folder.write("train_cuts.jsonl.gz", gzip.compress(
+            write_jsonl([lhotse_cut(r, sample_rate) for r in kept]).encode(), mtime=0))
     run_folder.write("rejected.json", write_jsonl([rejected_line(r, reason) for r, reason in rejected]))
-    points = curve(rows, filters)
-    report = build_report(config.model, decoding, filters, rows, kept, rejected, reasons, points, run_folder.uri,
-                          summary)
+    points = curve(units, filters)
+    report = build_report(config.model, decoding, filters, units, judged_kept, rejected, reasons, points,
+                          run_folder.uri, summary)
+    report["written"] = len(kept)  # a cut row's kept phrases packed into segments: the lines of train.json
+    if NEMO not in config.output_format:
+        report["train"] = report["train_cuts"] = None
+    report["rows"] = len(rows)
+    report["segmented_rows"] = segmented
+    report["max_segment_s"] = config.max_segment_s
+    report["shards"] = {"folders": shards.folders, "shards": shards.shards, "utterances": shards.utterances,
+                        "audio_s": round(shards.audio_s, 3)} if shards.folders else None
     report["still_unreadable"] = still_failing
     report["wall_s"] = round(time.time() - started, 1)
     run_folder.write("report.json", json.dumps(report, indent=1))
@@ -217,3 +255,75 @@ def label_run(config: LabelConfig, inputs: LabelInputs, started: float, say: Cal
     # last, as the run's commit: the ids it labelled (its error rows are tried again by the next run)
     run_folder.write(LABELLED, "".join(r[schema.UTTERANCE_ID] + "\n" for r, bad in zip(rows, unreadable) if not bad))
     return LabelRun(folder=run_folder, report=report)
+
+
+def judge_rows(rows: list[dict[str, Any]], filters: LabelFilters, max_segment_s: float
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[tuple[dict[str, Any], str]], int,
+                          list[dict[str, Any]]]:
+    """The training utterances the rows make, judged: (every candidate judged, the kept ones, the rejected with
+    their reasons, how many rows were cut, what is written: the kept ones with a cut row's kept phrases packed).
+
+    A row longer than `max_segment_s` (0: none is) is cut between its words into phrases (at every pause of
+    `SPLIT_PAUSE_S` or more, and where the cap needs: `pipeline/labels/segments.py`), each judged on its own, and
+    runs of kept phrases are packed again into segments of at most `max_segment_s`; the other rows are judged
+    whole."""
+    units: list[dict[str, Any]] = []
+    kept: list[dict[str, Any]] = []
+    rejected: list[tuple[dict[str, Any], str]] = []
+    written: list[dict[str, Any]] = []
+    segmented = 0
+    for row in rows:
+        long = (max_segment_s > 0 and row[schema.STATUS] == schema.STATUS_OK and (row[schema.TEXT] or "").strip()
+                and duration_of(row) > max_segment_s)
+        if not long:
+            units.append(row)
+            reason = judge(row, filters)
+            if reason is None:
+                kept.append(row)
+                written.append(row)
+            else:
+                rejected.append((row, reason))
+            continue
+        pieces = segment_rows(row, max_segment_s, split_pause_s=SPLIT_PAUSE_S)
+        if not pieces:
+            units.append(row)
+            rejected.append((row, f"segmenting: {duration_of(row):.1f} s is longer than --max-segment-s "
+                                  f"{max_segment_s:g} and the transcript has no word times to cut at"))
+            continue
+        segmented += 1
+        phrases = []
+        for unit, segment in pieces:
+            units.append(unit)
+            reason = (f"segmenting: one word of {segment.duration_s:.1f} s, longer than --max-segment-s "
+                      f"{max_segment_s:g}" if segment.too_long else judge(unit, filters))
+            if reason is None:
+                kept.append(unit)
+            else:
+                rejected.append((unit, reason))
+            phrases.append((unit, reason is None))
+        written += pack_segment_rows(phrases, max_segment_s, lambda merged: judge(merged, filters) is None)
+    return units, kept, rejected, segmented, written
+
+
+def cut_segment_audio(kept: list[dict[str, Any]], run_folder: Folder, sample_rate: int
+                      ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], str]]]:
+    """`--cut-audio`: each kept segment's audio in its own FLAC, runs/<time>/audio/<segment id>.flac, and the
+    segment's row pointing at it (offset 0; where it came from as `source_audio_filepath`, `source_audio_offset`);
+    whole utterances are left as they are. A segment whose audio no longer reads is rejected with its error."""
+    segments = [r for r in kept if r.get(SEGMENT_OF)]
+    if not segments:
+        return kept, []
+    cut: dict[str, dict[str, Any]] = {}
+    failed: list[tuple[dict[str, Any], str]] = []
+    for row, audio in read_audio(segments, sample_rate):
+        if isinstance(audio, str):
+            failed.append((row, f"error: {audio}"))
+            continue
+        name = f"audio/{row[schema.UTTERANCE_ID]}.flac"
+        run_folder.write(name, flac_bytes(audio, sample_rate))
+        cut[row[schema.UTTERANCE_ID]] = {
+            **row, schema.AUDIO_FILEPATH: run_folder.uri_of(name), schema.OFFSET: 0.0, schema.CHANNEL: None,
+            schema.FILE_DURATION: None,
+            "source_audio_filepath": row[schema.AUDIO_FILEPATH], "source_audio_offset": row[schema.OFFSET]}
+    bad = {r[schema.UTTERANCE_ID] for r, _ in failed}
+    return [cut.get(r[schema.UTTERANCE_ID], r) for r in kept if r[schema.UTTERANCE_ID] not in bad], failed

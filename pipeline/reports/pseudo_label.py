@@ -82,15 +82,27 @@ def report_markdown(report: dict[str, Any]) -> str:
     lines += [f"| {name} | {value} |" for name, value in report["filters"].items()]
     lines += ["", "| reason | utterances |", "| --- | --- |"]
     lines += [f"| {reason} | {count} |" for reason, count in report["reasons"].items()] or ["| - | 0 |"]
-    lines += ["", "![keep rate and WER against the confidence threshold](confidence.png)", "",
-              f"Manifests: `{report['train']}`, `{report['train_cuts']}`, `{report['rejected_manifest']}`."]
+    if report.get("segmented_rows"):
+        lines += ["", f"{report['segmented_rows']} of the {report['rows']} transcripts were longer than "
+                      f"{report['max_segment_s']:g} s and were cut between words into phrases, each judged on its "
+                      "own (counted above as utterances; a phrase has no reference text of its own); the kept "
+                      f"phrases were packed into segments of at most {report['max_segment_s']:g} s: "
+                      f"{report['written']} training utterances in all."]
+    lines += ["", "![keep rate and WER against the confidence threshold](confidence.png)", ""]
+    written = [report["train"], report["train_cuts"], report["rejected_manifest"]]
+    lines += ["Manifests: " + ", ".join(f"`{uri}`" for uri in written if uri) + "."]
+    shards = report.get("shards")
+    if shards:
+        lines += ["", f"Shards: {shards['utterances']} utterances ({shards['audio_s'] / 3600:.2f} h of audio) in "
+                      f"{shards['shards']} shard(s) of each format: "
+                      + ", ".join(f"{name} `{uri}`" for name, uri in shards["folders"].items()) + "."]
     return "\n".join(lines) + "\n"
 
 
 def reason_kind(reason: str) -> str:
     """The filter a rejection reason names (for the report's counts)."""
     for kind in ("error", "empty transcript", "no confidence", "duration", "confidence", "heads disagree",
-                 "repetition"):
+                 "repetition", "segmenting"):
         if reason.startswith(kind):
             return kind
     return "characters/s"
