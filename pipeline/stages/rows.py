@@ -1,7 +1,7 @@
 """What the stages share (`pipeline/stages/__init__.py` describes them): marking rows failed, setting columns, the
 rows still ok, `lower_priority`, which the audio and writer actors call so that the ASR actor gets the CPU first
 where they share a node's busy cores, each stage's busy seconds shared among its rows (`share_busy_s`), and the run's
-summary from the parts' summary rows (`summarize`)."""
+summary from the parts' summary rows (`RunTotals`, `summarize`)."""
 
 from __future__ import annotations
 
@@ -75,24 +75,55 @@ def lower_priority(steps: int) -> None:
         os.nice(steps)
 
 
+class RunTotals:
+    """The run's figures (`summary()`, what `summarize` returns) added up one part's summary row at a time (`add`),
+    in constant time per part: the driver updates its progress at every committed part, and summing every part
+    again at each would be quadratic in the parts (a million rows are thousands of parts)."""
+
+    def __init__(self, started_at: float) -> None:
+        self.started_at = started_at  # Unix time the run started
+        self.rows = self.rows_ok = self.rows_error = self.parts = 0
+        self.audio_s = self.padded_s = 0.0
+        self.first_commit: float | None = None
+        self.last_commit: float | None = None
+        self.busy_s = dict.fromkeys(BUSY_S_BY_STAGE, 0.0)
+
+    def add(self, part: dict[str, Any]) -> None:
+        """Count one summary row of a committed part (`FinishAndWrite`'s)."""
+        self.rows += part[ROWS]
+        self.rows_ok += part[ROWS_OK]
+        self.rows_error += part[ROWS_ERROR]
+        self.parts += 1 if part[PART] else 0
+        self.audio_s += part[AUDIO_S]
+        self.padded_s += part[PADDED_S]
+        committed = part[COMMITTED_AT]
+        self.first_commit = committed if self.first_commit is None else min(self.first_commit, committed)
+        self.last_commit = committed if self.last_commit is None else max(self.last_commit, committed)
+        for stage, name in BUSY_S_BY_STAGE.items():
+            self.busy_s[stage] += part.get(name) or 0.0
+
+    def summary(self) -> dict[str, Any]:
+        wall_s = time.time() - self.started_at
+        return {
+            "rows": self.rows,
+            "rows_ok": self.rows_ok,
+            "rows_error": self.rows_error,
+            "parts": self.parts,
+            "audio_hours": self.audio_s / 3600,
+            "wall_s": wall_s,
+            "rtfx": self.audio_s / wall_s if wall_s > 0 else None,
+            "padding_efficiency": self.audio_s / self.padded_s if self.padded_s > 0 else None,
+            # starting Ray's actors and loading models: on a short job most of the wall time
+            "first_part_s": self.first_commit - self.started_at if self.first_commit is not None else None,
+            "last_commit_at": self.last_commit,  # Unix time of the latest commit
+            # seconds each stage's workers spent on this run's committed rows (schema.BUSY_S_BY_STAGE)
+            "busy_s": dict(self.busy_s),
+        }
+
+
 def summarize(parts: list[dict[str, Any]], started_at: float) -> dict[str, Any]:
-    """Summary rows of this run's parts, and the Unix time the run started -> the run's figures."""
-    wall_s = time.time() - started_at
-    audio_s = sum(p[AUDIO_S] for p in parts)
-    padded_s = sum(p[PADDED_S] for p in parts)
-    first_commit = min((p[COMMITTED_AT] for p in parts), default=None)
-    return {
-        "rows": sum(p[ROWS] for p in parts),
-        "rows_ok": sum(p[ROWS_OK] for p in parts),
-        "rows_error": sum(p[ROWS_ERROR] for p in parts),
-        "parts": len([p for p in parts if p[PART]]),
-        "audio_hours": audio_s / 3600,
-        "wall_s": wall_s,
-        "rtfx": audio_s / wall_s if wall_s > 0 else None,
-        "padding_efficiency": audio_s / padded_s if padded_s > 0 else None,
-        # starting Ray's actors and loading models: on a short job most of the wall time
-        "first_part_s": first_commit - started_at if first_commit is not None else None,
-        "last_commit_at": max((p[COMMITTED_AT] for p in parts), default=None),  # Unix time of the latest commit
-        # seconds each stage's workers spent on this run's committed rows (schema.BUSY_S_BY_STAGE)
-        "busy_s": {stage: sum(p.get(name) or 0.0 for p in parts) for stage, name in BUSY_S_BY_STAGE.items()},
-    }
+    """Summary rows of this run's parts, and the Unix time the run started -> the run's figures (`RunTotals`)."""
+    totals = RunTotals(started_at)
+    for part in parts:
+        totals.add(part)
+    return totals.summary()

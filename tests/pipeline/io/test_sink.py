@@ -4,6 +4,7 @@ import json
 import pickle
 import random
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -371,6 +372,19 @@ def test_a_refusal_is_one_line_naming_the_setting_that_differs_and_both_values(t
     assert json.loads((tmp_path / "out" / CLAIM_FILE).read_text())["identity"] == GREEDY
 
 
+def test_an_output_cut_at_pauses_before_segmentation_existed_is_not_resumed_with_the_vad(tmp_path):
+    from pipeline.io.claim import claim_output
+
+    output = str(tmp_path / "out")
+    before = {**GREEDY, "long_audio": {"chunk_s": 30.0, "overlap_s": 4.0}}  # written before `segment` existed
+    assert claim_output(output, before) is True
+    with pytest.raises(IdentityMismatch, match='long_audio.segment is "pauses" there, "vad" here'):
+        claim_output(output, {**GREEDY, "long_audio": {"chunk_s": 30.0, "overlap_s": 4.0, "segment": "vad",
+                                                       "vad_threshold": 0.5}})
+    assert claim_output(output, {**GREEDY, "long_audio": {"chunk_s": 30.0, "overlap_s": 4.0, "segment": "pauses",
+                                                          "vad_threshold": 0.5}}) is False
+
+
 def test_an_output_of_an_earlier_version_is_checked_against_its_config_then_claimed(tmp_path):
     from pipeline.io.claim import CLAIM_FILE, claim_output
 
@@ -429,3 +443,23 @@ def test_a_part_removed_by_a_dedupe_while_it_is_read_is_replaced_by_a_fresh_list
 
     monkeypatch.setattr(sink, "list_parts", listed_then_deduplicated)
     assert set(committed_ids(output)) == {"a", "b", "c", "d"}
+
+
+def test_an_id_set_from_an_arrow_column_is_the_set_of_its_strings():
+    """Made from the column's bytes (what the resume scan does): ids of mixed lengths, non-ASCII, nulls left out,
+    several chunks, a slice of a larger array (its offsets do not start at 0), 32- and 64-bit offsets."""
+    generator = random.Random(1)
+    alphabet = "ab\u00e9\u4e2d0"
+    values = ["".join(generator.choice(alphabet) for _ in range(generator.randint(1, 11))) for _ in range(2000)]
+    values[::97] = [None] * len(values[::97])
+    wanted = {value for value in values if value is not None}
+    chunked = pa.chunked_array([pa.array(values[:700]), pa.array(values[700:])])
+    for column in (chunked, pa.array(values, pa.large_string()), pa.array(["skipped"] * 5 + values).slice(5)):
+        ids = IdSet.from_arrow(column)
+        assert set(ids) == wanted and len(ids) == len(wanted)
+        queries = sorted(wanted)[::3] + ["zz", "", max(wanted, key=len) + "a"]
+        assert ids.contains(queries).tolist() == [q in wanted for q in queries]
+    hex_ids = [f"{i:032x}" for i in random.Random(2).sample(range(10**9), 5000)]  # every id as long: the fast path
+    assert list(IdSet.from_arrow(pa.array(hex_ids))) == sorted(hex_ids) == list(IdSet(hex_ids))
+    assert len(IdSet.from_arrow(pa.array([], pa.string()))) == 0
+
