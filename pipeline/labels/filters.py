@@ -126,7 +126,8 @@ def nemo_line(row: dict[str, Any]) -> dict[str, Any]:
     line["confidence"] = row[schema.CONFIDENCE]
     if row[schema.REFERENCE_TEXT]:
         line["orig_text"] = row[schema.REFERENCE_TEXT]
-    for key in ("source_audio_filepath", "source_audio_offset"):  # a segment cut into its own file (--cut-audio)
+    # audio cut into its own file: a segment (--cut-audio), or a member of an input tar shard
+    for key in ("source_audio_filepath", "source_audio_offset", "source_shard_member"):
         if row.get(key) is not None:
             line[key] = row[key]
     return line

@@ -222,8 +222,9 @@ def label_run(config: LabelConfig, inputs: LabelInputs, started: float, say: Cal
         rejected += [(r, f"error: {shards.failed[r[schema.UTTERANCE_ID]]}") for r in kept
                      if r[schema.UTTERANCE_ID] in shards.failed]
         kept = [r for r in kept if r[schema.UTTERANCE_ID] not in shards.failed]
-    if config.cut_audio:
-        kept, failed = cut_segment_audio(kept, run_folder, sample_rate)
+    in_shards = NEMO in config.output_format and any(r.get(schema.SHARD_MEMBER) for r in kept)
+    if config.cut_audio or in_shards:  # a NeMo line cannot name a member of a tar: such audio gets its own file
+        kept, failed = cut_segment_audio(kept, run_folder, sample_rate, segments=config.cut_audio)
         rejected += failed
     reasons: dict[str, int] = {}
     for _, reason in rejected:
@@ -305,17 +306,19 @@ def judge_rows(rows: list[dict[str, Any]], filters: LabelFilters, max_segment_s:
     return units, kept, rejected, segmented, written
 
 
-def cut_segment_audio(kept: list[dict[str, Any]], run_folder: Folder, sample_rate: int
+def cut_segment_audio(kept: list[dict[str, Any]], run_folder: Folder, sample_rate: int, segments: bool = True
                       ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], str]]]:
-    """`--cut-audio`: each kept segment's audio in its own FLAC, runs/<time>/audio/<segment id>.flac, and the
-    segment's row pointing at it (offset 0; where it came from as `source_audio_filepath`, `source_audio_offset`);
-    whole utterances are left as they are. A segment whose audio no longer reads is rejected with its error."""
-    segments = [r for r in kept if r.get(SEGMENT_OF)]
-    if not segments:
+    """`--cut-audio` (`segments`): each kept segment's audio in its own FLAC, runs/<time>/audio/<segment id>.flac,
+    and the segment's row pointing at it (offset 0; where it came from as `source_audio_filepath`,
+    `source_audio_offset`, and `source_shard_member` for a member of a tar shard); whole utterances are left as they
+    are, but for those whose audio is a member of an input tar shard (always cut: a NeMo manifest line cannot name
+    a tar's member). A row whose audio no longer reads is rejected with its error."""
+    to_cut = [r for r in kept if (segments and r.get(SEGMENT_OF)) or r.get(schema.SHARD_MEMBER)]
+    if not to_cut:
         return kept, []
     cut: dict[str, dict[str, Any]] = {}
     failed: list[tuple[dict[str, Any], str]] = []
-    for row, audio in read_audio(segments, sample_rate):
+    for row, audio in read_audio(to_cut, sample_rate):
         if isinstance(audio, str):
             failed.append((row, f"error: {audio}"))
             continue
@@ -323,7 +326,8 @@ def cut_segment_audio(kept: list[dict[str, Any]], run_folder: Folder, sample_rat
         run_folder.write(name, flac_bytes(audio, sample_rate))
         cut[row[schema.UTTERANCE_ID]] = {
             **row, schema.AUDIO_FILEPATH: run_folder.uri_of(name), schema.OFFSET: 0.0, schema.CHANNEL: None,
-            schema.FILE_DURATION: None,
-            "source_audio_filepath": row[schema.AUDIO_FILEPATH], "source_audio_offset": row[schema.OFFSET]}
+            schema.FILE_DURATION: None, schema.SHARD_MEMBER: None,
+            "source_audio_filepath": row[schema.AUDIO_FILEPATH], "source_audio_offset": row[schema.OFFSET],
+            **({"source_shard_member": row[schema.SHARD_MEMBER]} if row.get(schema.SHARD_MEMBER) else {})}
     bad = {r[schema.UTTERANCE_ID] for r, _ in failed}
     return [cut.get(r[schema.UTTERANCE_ID], r) for r in kept if r[schema.UTTERANCE_ID] not in bad], failed

@@ -100,24 +100,62 @@ def flac_bytes(samples: np.ndarray, sample_rate: int) -> bytes:
 def read_audio(rows: list[dict[str, Any]], sample_rate: int) -> Iterator[tuple[dict[str, Any], np.ndarray | str]]:
     """Each row's audio (its offset and duration of its file, at `sample_rate`), or the error reading it gave,
     `AUDIO_BATCH_ROWS` at a time (in the rows' order, but for rows whose audio is a member of an input shard,
-    which come first in their batch, with their error)."""
+    which come first in their batch: each shard they name is streamed once, `shard_member_audio`)."""
     from pipeline.io import AudioError, load_audio_batch
 
     for start in range(0, len(rows), AUDIO_BATCH_ROWS):
         batch = rows[start:start + AUDIO_BATCH_ROWS]
-        # TODO(34): audio that is itself a member of an input shard (read by pipeline/stages/shards.py) is not
-        # copied yet: each such row is rejected with this reason rather than decoded from the tar's bytes
-        in_tar = {k: f"{r[schema.AUDIO_FILEPATH]}: member {r.get(schema.SHARD_MEMBER)!r} of an input shard: its "
-                     "audio is not copied into --output-format nemo_tarred/shar or --cut-audio yet"
-                  for k, r in enumerate(batch) if r.get(schema.SHARD_MEMBER)}
+        in_tar = [row for row in batch if row.get(schema.SHARD_MEMBER)]
         if in_tar:
-            yield from ((r, in_tar[k]) for k, r in enumerate(batch) if k in in_tar)
-            batch = [r for k, r in enumerate(batch) if k not in in_tar]
+            yield from shard_member_audio(in_tar, sample_rate)
+            batch = [row for row in batch if not row.get(schema.SHARD_MEMBER)]
         loaded = load_audio_batch([r[schema.AUDIO_FILEPATH] for r in batch], sample_rate,
                                   [r.get(schema.OFFSET) or 0.0 for r in batch], [duration_of(r) for r in batch],
                                   [r.get(schema.CHANNEL) for r in batch])
         for row, outcome in zip(batch, loaded):
             yield row, (str(outcome) if isinstance(outcome, AudioError) else outcome.samples)
+
+
+def shard_member_audio(rows: list[dict[str, Any]], sample_rate: int
+                       ) -> Iterator[tuple[dict[str, Any], np.ndarray | str]]:
+    """The audio of rows whose `audio_filepath` is an input tar shard and `shard_member` its member (as
+    `pipeline/stages/shards.py` read them; a NeMo `x-subN` name is the member `x`), or the error reading it gave:
+    each shard streamed once (`pipeline/io/shards.py::tar_members`), each member decoded from its bytes."""
+    from pipeline.config import InputConfig
+    from pipeline.io import AudioError, load_audio_batch
+    from pipeline.io.audio import AudioBytes
+    from pipeline.io.shards import TarBroken, nemo_member, tar_members
+
+    by_shard: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_shard.setdefault(row[schema.AUDIO_FILEPATH], []).append(row)
+    for tar, shard_rows in by_shard.items():
+        wanted = {name for row in shard_rows
+                  for name in (row[schema.SHARD_MEMBER], nemo_member(row[schema.SHARD_MEMBER]))}
+        found: dict[str, bytes | str] = {}
+        broken = ""
+        for item in tar_members(tar, InputConfig().max_file_bytes):  # the transcription's own bound
+            if isinstance(item, TarBroken):
+                broken = f"shard unreadable after member {item.last_member!r} ({item.reason})" \
+                    if item.last_member else f"shard unreadable ({item.reason})"
+            elif item.name in wanted:
+                found[item.name] = item.data if item.data is not None else item.problem
+        sources: list[bytes | str] = []
+        for row in shard_rows:
+            member = row[schema.SHARD_MEMBER]
+            sources.append(found.get(member, found.get(nemo_member(member), broken or "not in the shard")))
+        readable = [k for k, source in enumerate(sources) if isinstance(source, bytes)]
+        loaded = load_audio_batch(
+            [AudioBytes(f"{tar} member {shard_rows[k][schema.SHARD_MEMBER]}", sources[k]) for k in readable],
+            sample_rate, [shard_rows[k].get(schema.OFFSET) or 0.0 for k in readable],
+            [duration_of(shard_rows[k]) for k in readable], [shard_rows[k].get(schema.CHANNEL) for k in readable])
+        decoded = dict(zip(readable, loaded))
+        for k, row in enumerate(shard_rows):
+            if k not in decoded:
+                yield row, f"{tar}: member {row[schema.SHARD_MEMBER]!r}: {sources[k]}"
+            else:
+                outcome = decoded[k]
+                yield row, (str(outcome) if isinstance(outcome, AudioError) else outcome.samples)
 
 
 class _Staging:

@@ -6,6 +6,7 @@ text expected: the samples of the original file at the segment's offset."""
 
 from __future__ import annotations
 
+import io
 import json
 import tarfile
 
@@ -179,3 +180,36 @@ def test_output_formats_are_checked():
     for wrong in ((), ("nemo", "nemo"), ("tarred",)):
         with pytest.raises(ValueError, match="output_format must be one or more of nemo, nemo_tarred, shar"):
             LabelConfig(output="o", output_format=wrong)
+
+
+def test_audio_inside_an_input_shard_is_read_from_the_tar_once_per_shard(labelled, tmp_path):
+    from pipeline.labels.shards_out import read_audio
+
+    root, rows, expected = labelled
+    tar_path = tmp_path / "audio_0.tar"
+    with tarfile.open(tar_path, "w") as tar:  # the first whole file, and the recording as NeMo stores it
+        for name, path in (("sample00.flac", rows[0][schema.AUDIO_FILEPATH]),
+                           ("long_recording.wav", rows[2][schema.AUDIO_FILEPATH])):
+            info = tarfile.TarInfo(name)
+            data = open(path, "rb").read()
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    in_tar = [{**rows[0], schema.AUDIO_FILEPATH: str(tar_path), schema.SHARD_MEMBER: "sample00.flac"},
+              {**rows[2], schema.AUDIO_FILEPATH: str(tar_path), schema.SHARD_MEMBER: "long_recording.wav"},
+              {**rows[3], schema.AUDIO_FILEPATH: str(tar_path), schema.SHARD_MEMBER: "long_recording-sub1.wav"},
+              {**rows[1], schema.UTTERANCE_ID: "gone", schema.AUDIO_FILEPATH: str(tar_path),
+               schema.SHARD_MEMBER: "gone.flac"}]
+    got = {row[schema.UTTERANCE_ID]: audio for row, audio in read_audio([rows[1], *in_tar], SAMPLE_RATE)}
+    for index in (0, 1, 2, 3):  # 1: the loose row beside them
+        same_audio(got[rows[index][schema.UTTERANCE_ID]], expected[index])
+    assert got["gone"] == f"{tar_path}: member 'gone.flac': not in the shard"
+    from pipeline.labels.runs import cut_segment_audio  # a NeMo line cannot name a tar's member: its own file
+
+    kept, failed = cut_segment_audio([rows[1], *in_tar[:2]], Folder(str(tmp_path / "run")), SAMPLE_RATE,
+                                     segments=False)
+    assert not failed and kept[0] == rows[1]  # a loose whole utterance stays as it is
+    for cut_row, want in zip(kept[1:], (expected[0], expected[2])):
+        line = nemo_line(cut_row)
+        assert line["audio_filepath"].startswith(str(tmp_path / "run" / "audio")) and "offset" not in line
+        assert line["source_audio_filepath"] == str(tar_path) and line["source_shard_member"]
+        same_audio(soundfile.read(line["audio_filepath"], dtype="float32")[0], want)
