@@ -105,14 +105,15 @@ def transcribe(config: TranscribeJobConfig, hide: Hide) -> int:
         check_transcription(config)
     except PreflightError as error:
         raise SystemExit(f"loopscribe: {error}") from None
-    from pipeline.graph import JobError, connect_ray, expand_manifests, run_transcription
+    from pipeline.graph import JobError, connect_ray, expand_manifests, run_transcription, shard_listings
 
     try:
         manifest_uris = expand_manifests(config, warn=lambda line: print(f"loopscribe: warning: {hide(line)}",
                                                                          file=sys.stderr, flush=True))
     except (JobError, FileNotFoundError) as error:
         raise SystemExit(f"loopscribe: {hide(str(error))}") from None
-    print(hide(f"loopscribe: {len(manifest_uris)} manifest(s) ({', '.join(config.manifests)}) -> {config.output} "
+    kind = "manifest(s)" if shard_listings(config) is None else "listing(s) of shards"  # looked up once, cached
+    print(hide(f"loopscribe: {len(manifest_uris)} {kind} ({', '.join(config.manifests)}) -> {config.output} "
                  f"({describe(config.decoding)})"), flush=True)
     for note in advice(config.decoding):
         print(f"loopscribe: note: {note}", file=sys.stderr, flush=True)
