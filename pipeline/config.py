@@ -123,7 +123,7 @@ class ResourcesConfig:
 class LongAudioConfig:
     """How a long recording is decoded (`pipeline/stages/chunks.py`): a row longer than `chunk_s` is cut, as `segment`
     says, into the speech segments of a voice-activity model (`pipeline/stages/segments.py`: the `vad_*`,
-    `min_*`, `speech_pad_s` and `max_segment_s` settings; non-speech is not decoded) or into chunks of
+    `min_*`, `speech_pad_s` and `max_speech_s` settings; non-speech is not decoded) or into chunks of
     at most `chunk_s` seconds, at its pauses where it has them and else overlapping by `overlap_s`, decoded in the
     same batches as short rows and merged back into one row; with `attention = "local"` the encoder attends
     `local_context` frames each side (NeMo's `rel_pos_local_attn`) instead of the whole input. Measured in
@@ -150,9 +150,9 @@ class LongAudioConfig:
     min_silence_s: float = setting(0.1, "VAD silence shorter than this does not end a segment (shorter gaps are "
                                         "merged)", minimum=0, finite=True)
     speech_pad_s: float = setting(0.03, "seconds of audio kept each side of a VAD segment", minimum=0, finite=True)
-    max_segment_s: float = setting(20.0, "longest VAD segment (--chunk-s where that is "
-                                         "shorter: a segment is decoded as one chunk); a longer one is cut at its "
-                                         "quietest point", above=1, finite=True)
+    max_speech_s: float = setting(20.0, "longest VAD segment (--chunk-s where that is shorter: a segment is decoded "
+                                        "as one chunk); a longer one is cut at its quietest point", above=1,
+                                  finite=True)
 
     def __post_init__(self) -> None:
         check_settings(self, "long_audio")

@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 def segment_rules(long_audio: LongAudioConfig) -> SegmentRules:
     """The VAD segmentation rules of `long_audio` (a segment is at most `chunk_s` where that is shorter)."""
-    max_segment_s = min(long_audio.max_segment_s, long_audio.chunk_s or long_audio.max_segment_s)
+    max_segment_s = min(long_audio.max_speech_s, long_audio.chunk_s or long_audio.max_speech_s)
     return SegmentRules(threshold=long_audio.vad_threshold, min_speech_s=long_audio.min_speech_s,
                         min_silence_s=long_audio.min_silence_s, pad_s=long_audio.speech_pad_s,
                         max_segment_s=max_segment_s)
