@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import schema
-from pipeline.config import ModelConfig, ResourcesConfig, TranscribeJobConfig
+from pipeline.config import LongAudioConfig, ModelConfig, ResourcesConfig, TranscribeJobConfig
 from pipeline.decoding import DecodingConfig, DecodingError, describe, plan_decoding
 from pipeline.io import Folder
 from pipeline.io.redact import redact
+from pipeline.io.vad import vad_problem
 from pipeline.labels.filters import (
     LabelFilters,
     audio_entries,
@@ -81,6 +82,9 @@ class LabelConfig:
               "seconds, each filtered on its own; 0: never cut", minimum=0, finite=True)
     cut_audio: bool = setting(False, "write each segment of a cut transcript as its own FLAC (runs/<time>/audio/), "
                                      "named by train.json instead of an offset into the original audio")
+    # how long rows are cut before they are decoded (voice activity by default); `pauses` resumes labels made before
+    # voice-activity segmentation existed (their transcripts' claim says pauses)
+    segment: str = shared(TranscribeJobConfig, "long_audio.segment")
     cache_dir: str = shared(TranscribeJobConfig, "model.cache_dir")
     device: str = shared(TranscribeJobConfig, "resources.device")
     ray_address: str | None = shared(TranscribeJobConfig, "ray_address")
@@ -154,6 +158,9 @@ def prepare_label_run(config: LabelConfig) -> LabelInputs:
 
     if not config.manifest and not config.audio:
         raise LabelError("nothing to label: pass --manifest and/or --audio")
+    segment_problem = vad_problem(config.segment, LongAudioConfig().chunk_s)
+    if segment_problem:
+        raise LabelError(segment_problem)
     model_path = fetched_model(config.model, config.cache_dir)
     facts = read_model_facts(model_path)
     try:
@@ -203,6 +210,7 @@ def label_run(config: LabelConfig, inputs: LabelInputs, started: float, say: Cal
     transcription = TranscribeJobConfig(manifests=tuple(manifests), output=folder.child(TRANSCRIPTS).uri,
                                         model=ModelConfig(uri=config.model, cache_dir=config.cache_dir),
                                         decoding=decoding, resources=ResourcesConfig(device=config.device),
+                                        long_audio=LongAudioConfig(segment=config.segment),
                                         retry_errors=True)  # audio unreadable last night (an outage) gets another try
     try:
         summary = run_transcription(transcription)

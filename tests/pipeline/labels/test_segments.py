@@ -172,3 +172,22 @@ def test_a_speech_column_on_the_row_is_used():
     row = row_of(words, duration, **{schema.SPEECH_SEGMENTS: speech})
     with_speech = [s.first_word for _, s in segment_rows(row, 10.0)]
     assert without == [0, 8] and with_speech == [0, 18]
+
+
+def test_the_labelling_job_takes_the_transcription_segmentation_and_refuses_a_vad_that_cannot_load(tmp_path,
+                                                                                                    monkeypatch):
+    import sys
+
+    from jobs.pseudo_label import config_from_args, parser
+    from pipeline.labels.runs import LabelError, prepare_label_run
+
+    args = ["--output", str(tmp_path), "--manifest", "m.json", "--model", str(tmp_path / "absent.nemo")]
+    assert config_from_args(parser().parse_args(args)).segment == "vad"
+    assert config_from_args(parser().parse_args([*args, "--segment", "pauses"])).segment == "pauses"
+    fake = tmp_path / "site" / "silero_vad"  # a silero-vad without its model file, found first
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('never imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "silero_vad", raising=False)  # imported by the tests comparing with silero
+    with pytest.raises(LabelError, match="--segment vad: silero-vad is installed without its data/silero_vad.onnx"):
+        prepare_label_run(config_from_args(parser().parse_args(args)))  # before the (absent) model is fetched
