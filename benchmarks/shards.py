@@ -92,7 +92,7 @@ def slow_s3(requests: RequestLog) -> Iterator[str]:
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
-    from tests.support.s3_server import S3_ENVIRONMENT, create_bucket
+    from tests.support.s3_server import moto_s3
 
     class SlowServer(ThreadedMotoServer):
         def _server_entry(self) -> None:
@@ -101,26 +101,8 @@ def slow_s3(requests: RequestLog) -> Iterator[str]:
             self._server_ready_event.set()
             self._server.serve_forever()
 
-    import s3fs
-
-    s3fs.S3FileSystem.clear_instance_cache()
-    server = SlowServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    saved = {name: os.environ.get(name) for name in [*S3_ENVIRONMENT, "AWS_ENDPOINT_URL"]}
-    os.environ.update(S3_ENVIRONMENT, AWS_ENDPOINT_URL=endpoint)
-    try:
-        create_bucket(BUCKET)
+    with moto_s3(BUCKET, server_class=SlowServer) as endpoint:
         yield endpoint
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        server.stop()
-        s3fs.S3FileSystem.clear_instance_cache()
 
 
 # --- the corpus ---------------------------------------------------------------------------------------------------

@@ -15,14 +15,18 @@ S3_ENVIRONMENT = {
 
 
 @contextmanager
-def moto_s3(*buckets: str) -> Iterator[str]:
-    """Serve S3 on 127.0.0.1 (a free port) with `buckets` created; yields the endpoint URL."""
+def moto_s3(*buckets: str, server_class: type | None = None) -> Iterator[str]:
+    """Serve S3 on 127.0.0.1 (a free port) with `buckets` created; yields the endpoint URL. `server_class`: a
+    subclass of moto's `ThreadedMotoServer` to serve with (benchmarks/shards.py's, which delays and counts
+    requests)."""
     from moto.server import ThreadedMotoServer
+
+    server_class = server_class or ThreadedMotoServer
 
     # s3fs caches filesystem instances with the endpoint they were made with: a second server (another port)
     # must not be reached through an instance cached for the first
     _clear_s3fs_instances()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server = server_class(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
