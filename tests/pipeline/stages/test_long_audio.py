@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 import soundfile
 
+from benchmarks.long_audio import non_speech  # the benchmark's non-speech: chords, noise, silence
 from pipeline import schema
 from pipeline.config import BUNDLED_MANIFEST, BUNDLED_MODEL, LongAudioConfig, ModelConfig, ResourcesConfig
 from pipeline.decoding.plan import DecodingConfig, plan_decoding
@@ -294,19 +295,6 @@ def test_a_batch_that_runs_out_of_memory_is_decoded_row_by_row_and_halves_later_
 def utterances():
     entries = list(read_manifest(str(BUNDLED_MANIFEST)))[:6]
     return [(soundfile.read(e[schema.AUDIO_FILEPATH], dtype="float32")[0], e[schema.REFERENCE_TEXT]) for e in entries]
-
-
-def non_speech(kind: str, seconds: float, rng) -> np.ndarray:
-    """Music-like tones (chords changing every 0.4 s), noise, or silence."""
-    length = int(seconds * RATE)
-    if kind == "noise":
-        return (0.05 * rng.standard_normal(length)).astype(np.float32)
-    if kind == "silence":
-        return np.zeros(length, np.float32)
-    t = np.arange(length) / RATE
-    notes = 220 * 2 ** (rng.integers(0, 12, (int(seconds / 0.4) + 1, 3)) / 12)
-    chord = notes[(t / 0.4).astype(int)]
-    return (0.05 * np.sin(2 * np.pi * chord * t[:, None]).sum(axis=1)).astype(np.float32)
 
 
 def decode_rows(model, table, long_audio, strategy="greedy"):
