@@ -275,7 +275,8 @@ def _shard_listings(manifests: tuple[str, ...], tarred_audio: tuple[str, ...]) -
     return sharded_corpus(manifests, tarred_audio)
 
 
-def read_shard_tasks(config: TranscribeJobConfig, listings: list[ShardListing], spare_cpus: float):
+def read_shard_tasks(config: TranscribeJobConfig, listings: list[ShardListing], spare_cpus: float,
+                     committed: sink.IdSet):
     """A sharded corpus's shard tasks (`ReadShards`): a task per shard holding rows not yet committed, each its own
     block where a CPU is spare (as `read_rows` splits manifest rows), so that shards spread over the audio actors."""
     import ray
@@ -284,8 +285,7 @@ def read_shard_tasks(config: TranscribeJobConfig, listings: list[ShardListing], 
     dataset = ray.data.from_items([{LISTING: listing.to_json()} for listing in listings],
                                   override_num_blocks=max(1, len(listings)))
     dataset = dataset.map_batches(
-        ReadShards(sink.committed_ids(config.output, ok_only=config.retry_errors),
-                   allowed_roots=AudioRoots(config.input.allowed_roots)),
+        ReadShards(committed, allowed_roots=AudioRoots(config.input.allowed_roots)),
         batch_size=1, batch_format="pyarrow", num_cpus=ReadShards.CPUS,
         compute=TaskPoolStrategy(size=max(1, min(ReadShards.MAX_TASKS, len(listings)))))
     nodes = sum(1 for node in ray.nodes() if node["Alive"])
@@ -309,11 +309,12 @@ def build_transcription(config: TranscribeJobConfig, plan: DecodingPlan, manifes
                      + finish_cpus * resources.writer_actors)
     spare_cpus = ray.cluster_resources().get("CPU", 0.0) - reserved_cpus
     if listings is not None:
-        dataset = read_shard_tasks(config, listings, spare_cpus)
+        committed = sink.committed_ids(config.output, ok_only=config.retry_errors)  # read once, for both stages
+        dataset = read_shard_tasks(config, listings, spare_cpus, committed)
         dataset = dataset.map_batches(
             LoadShards, fn_constructor_kwargs={
                 "sample_rate": sample_rate, "limits": config.input, "long_audio": config.long_audio,
-                "committed": sink.committed_ids(config.output, ok_only=config.retry_errors),
+                "committed": committed,
                 "nice_steps": resources.side_stage_nice},
             batch_format="pyarrow", batch_size=1, compute=ActorPoolStrategy(size=resources.audio_actors),
             num_cpus=LoadShards.CPUS)
